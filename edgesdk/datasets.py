@@ -1,0 +1,64 @@
+"""Evaluation datasets.
+
+``digits`` is scikit-learn's bundled 8x8 handwritten digits set (1797 images, no download).
+The split is fixed (seed 0, 20% test, stratified) so that training (tools/train_default_model.py),
+``edgesdk eval --data digits`` and ``quickstart`` all see the same held-out images.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DatasetError
+
+DIGITS_SEED = 0
+DIGITS_TEST_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x: np.ndarray  # float32, NCHW
+    y: np.ndarray  # int64 labels
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def digits_split() -> tuple[Dataset, Dataset]:
+    """Train and test splits of the digits set as float32 (N, 1, 8, 8) in [0, 1]."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x = (bunch.images.astype(np.float32) / 16.0)[:, None, :, :]
+    y = bunch.target.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, y, test_size=DIGITS_TEST_FRACTION, random_state=DIGITS_SEED, stratify=y
+    )
+    return Dataset("digits-train", x_tr, y_tr), Dataset("digits-test", x_te, y_te)
+
+
+def load_dataset(spec: str) -> Dataset:
+    """``digits`` (the held-out digits split) or a path to an .npz with arrays ``x`` and ``y``."""
+    if spec == "digits":
+        return digits_split()[1]
+    path = Path(spec)
+    if not path.exists():
+        raise DatasetError(f"dataset {spec!r} not found: use 'digits' or a path to an .npz with arrays x and y")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if "x" not in npz or "y" not in npz:
+                raise DatasetError(f"{spec}: the .npz must hold arrays named 'x' and 'y' (has {sorted(npz.files)})")
+            x, y = npz["x"], npz["y"]
+    except DatasetError:
+        raise
+    except Exception as exc:  # zipfile/pickle/format errors all mean "not a readable npz"
+        raise DatasetError(f"{spec}: not a readable .npz file ({exc.__class__.__name__}: {exc})") from None
+    if len(x) != len(y):
+        raise DatasetError(f"{spec}: x has {len(x)} samples but y has {len(y)}")
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+        raise DatasetError(f"{spec}: y must be a 1-D array of integer class labels (got {y.dtype} {y.shape})")
+    return Dataset(path.stem, np.ascontiguousarray(x, dtype=np.float32), y.astype(np.int64))

@@ -1,0 +1,42 @@
+"""Typed exceptions. Every message is one line naming the problem and the way out.
+
+The CLI prints ``edgesdk: error: <message>`` and exits 2 for any :class:`EdgeSDKError`.
+"""
+from __future__ import annotations
+
+
+class EdgeSDKError(Exception):
+    """Base class of every error edgesdk raises on bad input or an unusable environment."""
+
+
+class ModelLoadError(EdgeSDKError):
+    """The model file is missing, unreadable, corrupt or not a model this SDK reads."""
+
+
+class UnsupportedModelError(EdgeSDKError):
+    """The model is valid but uses a feature this SDK does not run (dtype, rank, attribute...)."""
+
+
+class UnsupportedOperatorError(UnsupportedModelError):
+    """The model contains an operator type this SDK does not implement."""
+
+    def __init__(self, op_type: str, node_name: str, supported: list[str] | tuple[str, ...]):
+        self.op_type = op_type
+        self.node_name = node_name
+        self.supported = sorted(supported)
+        super().__init__(
+            f"unsupported operator {op_type!r} in node {node_name!r}; supported operators: "
+            f"{', '.join(self.supported)}"
+        )
+
+
+class BackendUnavailableError(EdgeSDKError):
+    """The requested backend is unknown or cannot run on this machine."""
+
+
+class InputError(EdgeSDKError, ValueError):
+    """A feed passed to Session.run has the wrong name, shape or dtype."""
+
+
+class DatasetError(EdgeSDKError):
+    """An evaluation dataset is missing, malformed or does not fit the model."""

@@ -1,0 +1,156 @@
+"""The graph IR: named tensors, nodes in topological order, static shapes and dtypes.
+
+A :class:`Graph` is what every stage shares: the ONNX importer builds it, passes rewrite it,
+compression annotates it, the package stores it and backends execute it. Constants are numpy
+arrays held by their :class:`Tensor`; by convention they are never mutated in place, so copies of
+a graph share them.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from .errors import UnsupportedModelError
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    data: np.ndarray | None = None  # set for constants (weights, folded values)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Node:
+    op: str
+    name: str
+    inputs: list[str]  # "" marks an omitted optional input
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def input(self, i: int) -> str | None:
+        """Name of input ``i`` or None when it is absent or omitted."""
+        return self.inputs[i] if i < len(self.inputs) and self.inputs[i] else None
+
+
+class Graph:
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self.tensors: dict[str, Tensor] = {}
+        self.nodes: list[Node] = []
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.metadata: dict[str, Any] = {}
+
+    # -- construction -------------------------------------------------------------------------
+    def add_input(self, name: str, shape: Iterable[int], dtype: Any = np.float32) -> Tensor:
+        tensor = self.add_tensor(name, shape, dtype)
+        self.inputs.append(name)
+        return tensor
+
+    def add_tensor(self, name: str, shape: Iterable[int], dtype: Any) -> Tensor:
+        tensor = Tensor(name, tuple(int(d) for d in shape), np.dtype(dtype))
+        self.tensors[name] = tensor
+        return tensor
+
+    def add_constant(self, name: str, value: np.ndarray) -> Tensor:
+        value = np.asarray(value)
+        tensor = Tensor(name, tuple(value.shape), value.dtype, value)
+        self.tensors[name] = tensor
+        return tensor
+
+    def add_node(self, op: str, inputs: list[str], outputs: list[str], name: str | None = None,
+                 **attrs: Any) -> Node:
+        node = Node(op, name or self.unique_name(op), list(inputs), list(outputs), dict(attrs))
+        self.nodes.append(node)
+        return node
+
+    def unique_name(self, base: str) -> str:
+        taken = {n.name for n in self.nodes} | set(self.tensors)
+        if base not in taken:
+            return base
+        return next(f"{base}_{i}" for i in itertools.count(1) if f"{base}_{i}" not in taken)
+
+    # -- queries ------------------------------------------------------------------------------
+    def const(self, name: str | None) -> np.ndarray | None:
+        """The constant value of tensor ``name``, or None if it is absent or not constant."""
+        if not name:
+            return None
+        tensor = self.tensors.get(name)
+        return None if tensor is None else tensor.data
+
+    def producers(self) -> dict[str, Node]:
+        return {out: node for node in self.nodes for out in node.outputs if out}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        users: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                if name:
+                    users.setdefault(name, []).append(node)
+        return users
+
+    def constants(self) -> Iterator[Tensor]:
+        return (t for t in self.tensors.values() if t.is_constant)
+
+    # -- maintenance --------------------------------------------------------------------------
+    def copy(self) -> "Graph":
+        """A structural copy: nodes, tensors and attributes are new; constant arrays are shared."""
+        clone = Graph(self.name)
+        clone.tensors = {k: Tensor(t.name, t.shape, t.dtype, t.data) for k, t in self.tensors.items()}
+        clone.nodes = [Node(n.op, n.name, list(n.inputs), list(n.outputs), copy.copy(n.attrs))
+                       for n in self.nodes]
+        clone.inputs = list(self.inputs)
+        clone.outputs = list(self.outputs)
+        clone.metadata = copy.deepcopy(self.metadata)
+        return clone
+
+    def rename_tensor(self, old: str, new: str) -> None:
+        """Make every reference to ``old`` point to ``new`` (which must already exist)."""
+        for node in self.nodes:
+            node.inputs = [new if n == old else n for n in node.inputs]
+            node.outputs = [new if n == old else n for n in node.outputs]
+        self.outputs = [new if n == old else n for n in self.outputs]
+
+    def toposort(self) -> None:
+        """Order nodes so that every input is produced before it is used (stable for sorted input)."""
+        available = {n for n, t in self.tensors.items() if t.is_constant} | set(self.inputs)
+        pending, ordered = list(self.nodes), []
+        while pending:
+            ready = [n for n in pending if all(i in available for i in n.inputs if i)]
+            if not ready:
+                missing = sorted({i for n in pending for i in n.inputs if i and i not in available})
+                raise UnsupportedModelError(
+                    f"graph {self.name!r} has a cycle or undefined tensors ({', '.join(missing[:5])})")
+            ready_ids = {id(n) for n in ready}
+            ordered.extend(ready)
+            pending = [n for n in pending if id(n) not in ready_ids]
+            available.update(o for n in ready for o in n.outputs if o)
+        self.nodes = ordered
+
+    def remove_unused_tensors(self) -> None:
+        used = set(self.inputs) | set(self.outputs)
+        for node in self.nodes:
+            used.update(n for n in node.inputs + node.outputs if n)
+        self.tensors = {k: v for k, v in self.tensors.items() if k in used}
+
+    def __repr__(self) -> str:
+        return (f"Graph({self.name!r}, {len(self.nodes)} nodes, inputs={self.inputs}, "
+                f"outputs={self.outputs})")

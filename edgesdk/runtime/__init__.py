@@ -1,0 +1,1 @@
+"""Backend-independent runtime: shape math, cost model, planning and the Session."""

@@ -1,0 +1,20 @@
+"""Precision modes and the per-op policy every backend follows.
+
+``fp16`` means fp16 *storage* (weights and activations rounded to half) with fp32 arithmetic and
+accumulation. Ops whose results are sensitive to rounding keep fp32 outputs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PRECISIONS = ("fp32", "fp16")
+
+# Normalisations and softmax sum many terms or divide by small numbers: keep them in fp32.
+FP32_ONLY_OPS = frozenset({"Softmax", "LRN", "BatchNormalization"})
+
+
+def round_to_storage(x: np.ndarray, precision: str) -> np.ndarray:
+    """What a value looks like after a round trip through the storage format of ``precision``."""
+    if precision == "fp16" and x.dtype == np.float32:
+        return x.astype(np.float16).astype(np.float32)
+    return x
