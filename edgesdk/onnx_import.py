@@ -26,7 +26,9 @@ from .graph import Graph, Node
 from .runtime.activations import Activation
 from .runtime.shapes import RUNTIME_OPS, infer_node, normalize_axis, same_pads
 
-MIN_OPSET, MAX_OPSET = 11, 23
+# Opsets 11-21 are what exporters emit; for the ops imported here the later versions (up to 28,
+# onnx 1.23) only add element types, so they import unchanged.
+MIN_OPSET, MAX_OPSET = 11, 28
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 InputShapes = Mapping[str, Sequence[int]]
@@ -388,6 +390,10 @@ def _reshape_to(name: str, source: str, target: str, shape: Sequence[int]) -> No
 
 @_importer("Identity", "Dropout")
 def _identity(imp, name, inputs, outputs, attrs):
+    training = imp.constant_input(name, inputs, 2, "Dropout training_mode")
+    if training is not None and bool(training):
+        raise UnsupportedModelError(f"node {name!r}: Dropout with training_mode=True is random; export the "
+                                    f"model in eval mode")
     if len(outputs) > 1 and outputs[1]:  # Dropout's mask: all kept at inference
         imp.graph.add_constant(outputs[1], np.ones(imp.shape(inputs[0]), dtype=bool))
     return imp.alias(name, inputs[0], outputs[0])
@@ -396,7 +402,10 @@ def _identity(imp, name, inputs, outputs, attrs):
 @_importer("Flatten")
 def _flatten(imp, name, inputs, outputs, attrs):
     shape = imp.shape(inputs[0])
-    axis = normalize_axis(int(attrs.get("axis", 1)), len(shape) + 1, "Flatten axis")
+    axis = int(attrs.get("axis", 1))  # in [-rank, rank]: rank itself means "flatten everything"
+    if not -len(shape) <= axis <= len(shape):
+        raise UnsupportedModelError(f"node {name!r}: Flatten axis {axis} is out of range for {shape}")
+    axis %= len(shape) + (axis >= 0)
     return _reshape_to(name, inputs[0], outputs[0], (math.prod(shape[:axis]), math.prod(shape[axis:])))
 
 

@@ -1,0 +1,286 @@
+"""The ``edgesdk`` command line.
+
+Every command takes ``--json`` for machine-readable output. Errors print one line and exit 2;
+``--debug`` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import __version__
+from .errors import EdgeSDKError, InputError
+
+EXIT_USAGE = 2
+
+
+# -- small helpers ---------------------------------------------------------------------------
+def _parse_input_shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]] | None:
+    """``NAME=1x3x224x224`` -> {NAME: (1, 3, 224, 224)}."""
+    if not specs:
+        return None
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or min(shape) <= 0:
+            raise InputError(f"--input-shape {spec!r}: expected NAME=DxDx... e.g. input=1x3x224x224")
+        shapes[name] = shape
+    return shapes
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temp file in the same folder, then rename: no half-written outputs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _emit_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+def _format_count(n: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(int(n))
+
+
+def _table(rows: list[list[str]], header: list[str], right: set[int] = frozenset()) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    def line(r):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _session(args: argparse.Namespace, model: Any = None, **overrides: Any):
+    from .runtime.session import Session
+    options = dict(backend=getattr(args, "backend", "reference"),
+                   precision=getattr(args, "precision", "fp32"),
+                   threads=getattr(args, "threads", None),
+                   input_shapes=_parse_input_shapes(getattr(args, "input_shape", None)),
+                   optimize=not getattr(args, "no_optimize", False))
+    options.update(overrides)
+    return Session(model if model is not None else args.model, **options)
+
+
+# -- inspect ---------------------------------------------------------------------------------
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .runtime.cost import layer_costs
+    sess = _session(args)
+    graph = sess.graph
+    layers = layer_costs(graph)
+    weight_bytes = sum(t.nbytes for t in graph.constants())
+    summary = {
+        "model": str(args.model), "graph": graph.name, "metadata": graph.metadata,
+        "inputs": {k: list(v) for k, v in sess.input_shapes.items()},
+        "outputs": {k: list(v) for k, v in sess.output_shapes.items()},
+        "passes": sess.optimization_stats,
+        "layers": [layer.to_dict() for layer in layers],
+        "totals": {"layers": len(layers), "params": sum(x.params for x in layers),
+                   "macs": sum(x.macs for x in layers), "weight_bytes": weight_bytes,
+                   "peak_activation_bytes": sess.plan.peak_activation_bytes},
+    }
+    if args.json:
+        _emit_json(summary)
+        return 0
+    rows = [[str(i), x.name, x.op, "x".join(map(str, x.output_shape)), _format_count(x.params),
+             _format_count(x.macs)] for i, x in enumerate(layers)]
+    print(f"{args.model}: graph {graph.name!r}, opset {graph.metadata.get('opset')}, "
+          f"producer {graph.metadata.get('producer') or 'unknown'}")
+    print("inputs:  " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in sess.input_shapes.items()))
+    print("outputs: " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in sess.output_shapes.items()))
+    if sess.optimization_stats:
+        print("passes:  " + ", ".join(f"{k} {v}" for k, v in sess.optimization_stats.items()))
+    print()
+    print(_table(rows, ["#", "name", "op", "output", "params", "MACs"], right={0, 4, 5}))
+    t = summary["totals"]
+    print(f"\ntotal: {t['layers']} layers, {_format_count(t['params'])} params "
+          f"({weight_bytes / 1024:.1f} KiB of weights), {_format_count(t['macs'])} MACs, "
+          f"peak activations {t['peak_activation_bytes'] / 1024:.1f} KiB")
+    return 0
+
+
+# -- run -------------------------------------------------------------------------------------
+def _load_feeds(args: argparse.Namespace, sess) -> dict[str, np.ndarray]:
+    if args.random:
+        rng = np.random.default_rng(args.seed)
+        return {n: rng.standard_normal(s).astype(np.float32) for n, s in sess.input_shapes.items()}
+    path = Path(args.input)
+    if not path.is_file():
+        raise InputError(f"input file {args.input!r} not found")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise InputError(f"{args.input}: not a readable .npy/.npz file ({exc})") from None
+    if isinstance(loaded, np.ndarray):
+        if len(sess.input_names) != 1:
+            raise InputError(f"the model has inputs {sess.input_names}: pass an .npz with one array per input")
+        feeds = {sess.input_names[0]: loaded}
+    else:
+        with loaded:
+            feeds = {k: loaded[k] for k in loaded.files}
+    # Float inputs saved as float64 (numpy's default) are cast; anything else must already match.
+    return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sess = _session(args)
+    outputs = sess.run(_load_feeds(args, sess))
+    if args.output:
+        out = Path(args.output)
+        _atomic_write(out, lambda tmp: _save_npz(tmp, outputs))
+    report = {"model": str(args.model), "backend": sess.backend, "precision": sess.precision,
+              "outputs": {k: _describe(v) for k, v in outputs.items()}, "saved_to": args.output}
+    if args.json:
+        _emit_json(report)
+        return 0
+    for name, info in report["outputs"].items():
+        print(f"{name}: shape {info['shape']} {info['dtype']}  min {info['min']:.6g}  max {info['max']:.6g}"
+              f"  mean {info['mean']:.6g}")
+        if "top5" in info:
+            print("  top-5: " + ", ".join(f"{c} ({s:.4g})" for c, s in info["top5"]))
+    if args.output:
+        print(f"saved outputs to {args.output}")
+    return 0
+
+
+def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    with open(path, "wb") as f:  # a file object stops numpy from appending ".npz" to the temp name
+        np.savez(f, **arrays)
+
+
+def _describe(value: np.ndarray) -> dict:
+    info = {"shape": list(value.shape), "dtype": str(value.dtype),
+            "min": float(value.min()) if value.size else 0.0,
+            "max": float(value.max()) if value.size else 0.0,
+            "mean": float(value.mean()) if value.size else 0.0}
+    if value.ndim == 2 and value.shape[0] == 1 and value.shape[1] > 1:
+        order = np.argsort(-value[0])[:5]
+        info["top5"] = [[int(i), float(value[0, i])] for i in order]
+    return info
+
+
+# -- eval ------------------------------------------------------------------------------------
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .datasets import load_dataset
+    from .evaluation import evaluate
+    data = load_dataset(args.data)
+    sess = _session(args)
+    result = evaluate(sess, data, limit=args.limit)
+    report = {"model": str(args.model), "backend": sess.backend, "precision": sess.precision,
+              **result.to_dict()}
+    if args.json:
+        _emit_json(report)
+        return 0
+    print(f"{args.model} on {result.dataset} ({result.samples} samples), backend {sess.backend} "
+          f"{sess.precision}")
+    print(f"top-1 accuracy: {100 * result.accuracy:.2f}% ({result.correct}/{result.samples})")
+    print(f"latency per batch of {result.batch}: {result.latency}")
+    return 0
+
+
+# -- quickstart ------------------------------------------------------------------------------
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from .quickstart import run_quickstart
+    report = run_quickstart(log=None if args.json else print)
+    if args.json:
+        _emit_json(report)
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from .backends import backend_names
+    from .runtime.precision import PRECISIONS
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+
+    model_opts = argparse.ArgumentParser(add_help=False)
+    model_opts.add_argument("model", help="model file (.onnx)")
+    model_opts.add_argument("--input-shape", action="append", metavar="NAME=DxD...",
+                            help="fix a dynamic input shape, e.g. input=1x3x224x224 (repeatable)")
+
+    backend_opts = argparse.ArgumentParser(add_help=False)
+    backend_opts.add_argument("--backend", default="reference", help=f"one of {', '.join(backend_names())}")
+    backend_opts.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    backend_opts.add_argument("--threads", type=int, default=None, help="worker threads (default: backend's)")
+
+    parser = argparse.ArgumentParser(prog="edgesdk",
+                                     description="Compress, pack and run neural networks on edge hardware.")
+    parser.add_argument("--version", action="version", version=f"edgesdk {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("inspect", parents=[common, model_opts], help="per-layer table: op, shape, params, MACs")
+    p.add_argument("--no-optimize", action="store_true", help="show the graph as imported, before passes")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("run", parents=[common, model_opts, backend_opts], help="run a model once")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", help=".npy (single-input models) or .npz with one array per input")
+    src.add_argument("--random", action="store_true", help="standard-normal random inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed for --random")
+    p.add_argument("--output", help="save all outputs to this .npz")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("eval", parents=[common, model_opts, backend_opts], help="top-1 accuracy and latency")
+    p.add_argument("--data", required=True, help="'digits' or an .npz with arrays x and y")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("quickstart", parents=[common], help="the embedded default model end to end")
+    p.set_defaults(func=cmd_quickstart)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except EdgeSDKError as exc:
+        if args.debug:
+            raise
+        print(f"edgesdk: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("edgesdk: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, not bad input: say so briefly, --debug for details
+        if args.debug:
+            raise
+        print(f"edgesdk: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
+              f"traceback and please report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

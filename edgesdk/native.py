@@ -1,0 +1,68 @@
+"""Typed face of the compiled ``edgesdk._native`` extension: what this CPU can run.
+
+SIMD kernel dispatch asks :func:`cpu_features` once and follows :meth:`CpuFeatures.isa_path`.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+from edgesdk.errors import EdgeSDKError
+
+_NOT_BUILT = (
+    "edgesdk._native is not built: reinstall with `pip install .` "
+    "(needs cmake and a C++17 compiler)"
+)
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    arch: str
+    vendor: str
+    model: str
+    # Read-only because the object is cached and shared; left out of the hash (a mapping proxy
+    # has none) so a CpuFeatures can still key a cache of dispatch decisions.
+    flags: Mapping[str, bool] = field(hash=False)
+
+    def isa_path(self) -> str:
+        """Name of the best kernel family this CPU runs: avx512, avx2, neon-fp16, neon or scalar."""
+        def has(*names: str) -> bool:
+            return all(self.flags.get(name, False) for name in names)
+
+        if has("avx512f", "avx512bw", "avx512vl"):
+            return "avx512"
+        if has("avx2", "fma", "f16c"):
+            return "avx2"
+        if has("neon", "fp16"):
+            return "neon-fp16"
+        if has("neon"):
+            return "neon"
+        return "scalar"
+
+
+def _native() -> ModuleType:
+    try:
+        return importlib.import_module("edgesdk._native")
+    except ImportError as exc:
+        raise EdgeSDKError(_NOT_BUILT) from exc
+
+
+@functools.cache
+def cpu_features() -> CpuFeatures:
+    """Features of the CPU this process runs on, as supported by the OS too (cached)."""
+    raw = _native().cpu_features()
+    return CpuFeatures(
+        arch=raw["arch"],
+        vendor=raw["vendor"],
+        model=raw["model"],
+        flags=MappingProxyType(dict(raw["flags"])),
+    )
+
+
+def build_info() -> dict[str, Any]:
+    """How the extension was compiled: compiler, compiler_version, arch, cxx_standard."""
+    return dict(_native().build_info())

@@ -1,0 +1,83 @@
+"""``edgesdk quickstart``: the embedded default model end to end.
+
+Inspect it, then measure accuracy on the held-out digits split and latency on every available
+backend and precision, with ONNX Runtime as the baseline when it is installed.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from .backends import available_backends, get_backend
+from .datasets import digits_split
+from .evaluation import evaluate
+from .models import default_model_info, default_model_path
+from .profile.latency import measure_latency
+from .runtime.cost import layer_costs
+from .runtime.session import Session
+
+Log = Callable[[str], None] | None
+
+
+def run_quickstart(log: Log = print) -> dict:
+    say = log or (lambda _msg: None)
+    path, info = default_model_path(), default_model_info()
+    test = digits_split()[1]
+    t0 = time.perf_counter()
+    base = Session(path)
+    load_s = time.perf_counter() - t0
+    layers = layer_costs(base.graph)
+    say(f"edgesdk quickstart: default model {path.name}")
+    say(f"  {info.get('description', info.get('name', ''))}")
+    say(f"  loaded in {1e3 * load_s:.1f} ms; {len(layers)} layers after graph passes "
+        f"({', '.join(f'{k} {v}' for k, v in base.optimization_stats.items() if v)}), "
+        f"{sum(x.params for x in layers):,} params, {sum(x.macs for x in layers):,} MACs")
+    say(f"  held-out digits test split: {len(test)} images (seed {info['split']['seed']}, "
+        f"{int(100 * info['split']['test_fraction'])}%)")
+    say("")
+    rows = []
+    for backend in available_backends():
+        for precision in get_backend(backend).precisions:
+            sess = Session(path, backend=backend, precision=precision)
+            rows.append(_measure(backend, precision, lambda x, s=sess: s.run({s.input_names[0]: x})
+                                 [s.output_names[0]], sess, test))
+    baseline = _onnxruntime_row(path, test)
+    if baseline:
+        rows.append(baseline)
+    header = f"  {'backend':<22}{'precision':<11}{'accuracy':>9}{'latency (median)':>19}{'p90':>10}"
+    say(header)
+    say("  " + "-" * (len(header) - 2))
+    for r in rows:
+        say(f"  {r['backend']:<22}{r['precision']:<11}{100 * r['accuracy']:>8.2f}%"
+            f"{r['latency']['median_ms']:>16.3f} ms{r['latency']['p90_ms']:>7.3f} ms")
+    say("")
+    say(f"  reference accuracy recorded at training: {100 * info['test_accuracy']:.2f}%")
+    return {"model": str(path), "model_info": info, "load_ms": 1e3 * load_s,
+            "passes": base.optimization_stats, "params": sum(x.params for x in layers),
+            "macs": sum(x.macs for x in layers), "results": rows}
+
+
+def _measure(backend: str, precision: str, infer: Callable[[np.ndarray], np.ndarray], sess, test) -> dict:
+    result = evaluate(sess, test)
+    sample = np.ascontiguousarray(test.x[:1])
+    latency = measure_latency(lambda: infer(sample), min_time_s=0.3)
+    return {"backend": backend, "precision": precision, "accuracy": result.accuracy,
+            "latency": latency.to_dict()}
+
+
+def _onnxruntime_row(path, test) -> dict | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    ort_sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    name = ort_sess.get_inputs()[0].name
+    scores = np.concatenate([ort_sess.run(None, {name: test.x[i:i + 1]})[0] for i in range(len(test))])
+    sample = np.ascontiguousarray(test.x[:1])
+    latency = measure_latency(lambda: ort_sess.run(None, {name: sample}), min_time_s=0.3)
+    return {"backend": "onnxruntime (baseline)", "precision": "fp32",
+            "accuracy": float((scores.argmax(1) == test.y).mean()), "latency": latency.to_dict()}

@@ -1,0 +1,38 @@
+"""Shared fixtures. ``tests/`` is on sys.path (rootdir conftest), so ``zoo`` and helpers import."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))
+
+# Two xdist workers share two cores: keep each worker's BLAS single-threaded.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+def ort_run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """ONNX Runtime, the numerical oracle, on one thread with default optimisations."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-4, what: str = "") -> None:
+    """rtol relative to each element, with an absolute floor scaled by the output's magnitude
+    (float32 sums of many terms cancel, so near-zero elements need an absolute bound)."""
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    scale = float(np.max(np.abs(expected))) if expected.size else 1.0
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(scale, 1e-6), err_msg=what)

@@ -1,0 +1,129 @@
+"""Graph passes: each rewrite happens when it is safe, not when it is not, and never changes results."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import onnx.numpy_helper
+
+import edgesdk
+from edgesdk.passes import eliminate_dead_nodes, fold_batchnorm, fuse_activations
+from conftest import assert_close, ort_run
+
+R = np.random.default_rng(3)
+
+
+def _t(name, *shape, positive=False):
+    v = R.standard_normal(shape).astype(np.float32)
+    return onnx.numpy_helper.from_array(np.abs(v) + np.float32(0.5) if positive else v, name)
+
+
+def _model(nodes, inits, outputs=("y",), x_shape=(1, 3, 8, 8), opset=17):
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x_shape))],
+                          [oh.make_empty_tensor_value_info(o) for o in outputs], inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _bn_inits(prefix, c):
+    return [_t(f"{prefix}s", c), _t(f"{prefix}b", c), _t(f"{prefix}m", c), _t(f"{prefix}v", c, positive=True)]
+
+
+def _bn(prefix, x, y):
+    return oh.make_node("BatchNormalization", [x, f"{prefix}s", f"{prefix}b", f"{prefix}m", f"{prefix}v"], [y],
+                        epsilon=1e-3)
+
+
+def _ops(sess):
+    return [n.op for n in sess.graph.nodes]
+
+
+def _compare(model, x_shape=(1, 3, 8, 8)):
+    x = R.standard_normal(x_shape).astype(np.float32)
+    sess = edgesdk.Session(model)
+    got = sess.run({"x": x})
+    for name, exp in zip(sess.output_names, ort_run(model, {"x": x})):
+        assert_close(got[name], exp, what=name)
+    return sess
+
+
+def test_conv_bn_relu_folds_and_fuses():
+    model = _model([oh.make_node("Conv", ["x", "w", "cb"], ["c"], pads=[1, 1, 1, 1]), _bn("bn", "c", "n"),
+                    oh.make_node("Relu", ["n"], ["y"])], [_t("w", 4, 3, 3, 3), _t("cb", 4)] + _bn_inits("bn", 4))
+    sess = _compare(model)
+    assert _ops(sess) == ["Conv"]
+    assert str(sess.graph.nodes[0].attrs["fused_activation"]) == "Relu"
+    assert sess.optimization_stats["fold_batchnorm"] == 1
+
+
+def test_conv_without_bias_and_gemm_fold():
+    model = _model([oh.make_node("Conv", ["x", "w"], ["c"]), _bn("bn", "c", "n"),
+                    oh.make_node("Flatten", ["n"], ["f"]),
+                    oh.make_node("Gemm", ["f", "g", "gc"], ["h"], transB=1, beta=0.5), _bn("bn2", "h", "y")],
+                   [_t("w", 2, 3, 3, 3), _t("g", 5, 72), _t("gc", 5)] + _bn_inits("bn", 2) + _bn_inits("bn2", 5))
+    sess = _compare(model)
+    assert "BatchNormalization" not in _ops(sess)
+
+
+def test_bn_not_folded_when_conv_output_is_also_used_elsewhere():
+    model = _model([oh.make_node("Conv", ["x", "w", "cb"], ["c"]), _bn("bn", "c", "n"),
+                    oh.make_node("Add", ["n", "c"], ["y"])], [_t("w", 3, 3, 1, 1), _t("cb", 3)] + _bn_inits("bn", 3))
+    sess = _compare(model)
+    assert "BatchNormalization" in _ops(sess)
+
+
+def test_activation_not_fused_into_a_graph_output_or_shared_tensor():
+    model = _model([oh.make_node("Conv", ["x", "w"], ["c"]), oh.make_node("Relu", ["c"], ["r"]),
+                    oh.make_node("Sigmoid", ["c"], ["s"]), oh.make_node("Add", ["r", "s"], ["y"]),
+                    oh.make_node("Tanh", ["y"], ["t"])],
+                   [_t("w", 3, 3, 1, 1)], outputs=("y", "t"))
+    sess = _compare(model)
+    assert _ops(sess) == ["Conv", "Relu", "Sigmoid", "Add", "Tanh"]  # nothing fused: c is shared, y is an output
+
+
+def test_add_relu_and_clip_fuse_as_relu6():
+    model = _model([oh.make_node("Conv", ["x", "w"], ["c"]), oh.make_node("Add", ["c", "x"], ["a"]),
+                    oh.make_node("Clip", ["a", "lo", "hi"], ["y"])],
+                   [_t("w", 3, 3, 1, 1), onnx.numpy_helper.from_array(np.float32(0), "lo"),
+                    onnx.numpy_helper.from_array(np.float32(6), "hi")])
+    sess = _compare(model)
+    assert _ops(sess) == ["Conv", "Add"]
+    assert str(sess.graph.nodes[1].attrs["fused_activation"]) == "Relu6"
+
+
+def test_shape_chain_folds_into_one_reshape():
+    # torch's x.view(x.size(0), -1)
+    nodes = [oh.make_node("Shape", ["x"], ["s"]), oh.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             oh.make_node("Unsqueeze", ["n", "axes"], ["n1"]), oh.make_node("Concat", ["n1", "minus1"], ["shape"], axis=0),
+             oh.make_node("Identity", ["x"], ["xi"]), oh.make_node("Reshape", ["xi", "shape"], ["y"])]
+    inits = [onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             onnx.numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             onnx.numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    sess = _compare(_model(nodes, inits))
+    assert _ops(sess) == ["Reshape"] and sess.output_shapes == {"y": (1, 192)}
+
+
+def test_identity_to_graph_output_keeps_the_output_name():
+    model = _model([oh.make_node("Relu", ["x"], ["r"]), oh.make_node("Identity", ["r"], ["y"])], [])
+    sess = _compare(model)
+    assert _ops(sess) == ["Relu"] and sess.output_names == ["y"]
+
+
+def test_dead_nodes_and_unused_weights_removed():
+    model = _model([oh.make_node("Conv", ["x", "w"], ["y"]), oh.make_node("Conv", ["x", "w2"], ["unused"])],
+                   [_t("w", 2, 3, 1, 1), _t("w2", 2, 3, 1, 1)])
+    sess = _compare(model)
+    assert _ops(sess) == ["Conv"] and "w2" not in sess.graph.tensors
+
+
+def test_passes_are_idempotent_and_session_leaves_caller_graph_alone():
+    model = _model([oh.make_node("Conv", ["x", "w"], ["c"]), _bn("bn", "c", "n"), oh.make_node("Relu", ["n"], ["y"])],
+                   [_t("w", 2, 3, 3, 3)] + _bn_inits("bn", 2))
+    graph = edgesdk.Session(model, optimize=False).graph
+    before = [n.op for n in graph.nodes]
+    edgesdk.Session(graph)  # optimises a private copy
+    assert [n.op for n in graph.nodes] == before == ["Conv", "BatchNormalization", "Relu"]
+    copy = graph.copy()
+    assert fold_batchnorm(copy) == 1 and fuse_activations(copy) == 1
+    assert fold_batchnorm(copy) == 0 and fuse_activations(copy) == 0 and eliminate_dead_nodes(copy) == 0
