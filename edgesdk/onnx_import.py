@@ -517,6 +517,26 @@ def _pad(imp, name, inputs, outputs, attrs):
     return Node("Pad", name, inputs[:1], outputs[:1], {"pads": tuple(pads), "mode": mode, "value": value})
 
 
+@_importer("ReduceMean")
+def _reduce_mean(imp, name, inputs, outputs, attrs):
+    shape = imp.shape(inputs[0])
+    axes = _axes(imp, name, inputs, attrs, "ReduceMean")
+    if axes is None or (not axes and not attrs.get("noop_with_empty_axes", 0)):
+        axes = list(range(len(shape)))
+    axes = tuple(sorted({normalize_axis(a, len(shape), "ReduceMean axis") for a in axes}))
+    keepdims = bool(attrs.get("keepdims", 1))
+    if not axes:
+        return imp.alias(name, inputs[0], outputs[0])
+    if len(shape) == 4 and axes == (2, 3) and imp.graph.const(inputs[0]) is None:
+        # A spatial mean is global average pooling, which every backend has a kernel for.
+        if keepdims:
+            return Node("GlobalAveragePool", name, inputs[:1], outputs[:1], {})
+        pooled = imp.graph.unique_name(f"{name}.pooled")
+        imp.add(Node("GlobalAveragePool", f"{name}.pool", inputs[:1], [pooled], {}))
+        return _reshape_to(name, pooled, outputs[0], shape[:2])
+    return Node("ReduceMean", name, inputs[:1], outputs[:1], {"axes": axes, "keepdims": keepdims})
+
+
 @_importer("Constant")
 def _constant(imp, name, inputs, outputs, attrs):
     if "value" in attrs:

@@ -192,3 +192,17 @@ def test_layout_ops() -> None:
     check(single_node_model("Concat", x.shape, {"c": rand(2, 3, 1, 5)}, axis=-2), x)
     check(single_node_model("Identity", x.shape), x)
     check(single_node_model("Dropout", x.shape, {"ratio": np.float32(0.3)}), x)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("axes,keepdims", [([2, 3], 1), ([2, 3], 0), ([-1], 1), ([1], 0), (None, 0)])
+def test_reduce_mean(opset, axes, keepdims) -> None:
+    x = rand(2, 3, 4, 5)
+    if axes is None:
+        model = single_node_model("ReduceMean", x.shape, opset=opset, keepdims=keepdims)
+    elif opset >= 18:
+        model = single_node_model("ReduceMean", x.shape, {"axes": np.array(axes, np.int64)}, opset=opset,
+                                  keepdims=keepdims)
+    else:
+        model = single_node_model("ReduceMean", x.shape, opset=opset, axes=axes, keepdims=keepdims)
+    check(model, x)

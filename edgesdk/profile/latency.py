@@ -33,9 +33,9 @@ class LatencyStats:
         return f"{self.median_ms:.3f} ms median (min {self.min_ms:.3f}, p90 {self.p90_ms:.3f}, n={self.runs})"
 
 
-def measure_latency(fn: Callable[[], object], *, warmup: int = 3, min_runs: int = 10,
-                    min_time_s: float = 1.0, max_runs: int = 10_000) -> LatencyStats:
-    """Call ``fn`` ``warmup`` times untimed, then at least ``min_runs`` times and ``min_time_s``."""
+def time_calls(fn: Callable[[], object], *, warmup: int = 3, min_runs: int = 10,
+               min_time_s: float = 1.0, max_runs: int = 10_000) -> list[float]:
+    """Seconds per call: ``warmup`` untimed calls, then at least ``min_runs`` calls and ``min_time_s``."""
     for _ in range(warmup):
         fn()
     samples: list[float] = []
@@ -44,4 +44,9 @@ def measure_latency(fn: Callable[[], object], *, warmup: int = 3, min_runs: int 
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-    return LatencyStats.from_seconds(samples)
+    return samples
+
+
+def measure_latency(fn: Callable[[], object], **options) -> LatencyStats:
+    """:func:`time_calls` summarised."""
+    return LatencyStats.from_seconds(time_calls(fn, **options))

@@ -161,6 +161,11 @@ def _pad(node: Node, shapes: list[Shape]) -> list[Shape]:
     return [out]
 
 
+def _reduce(node: Node, shapes: list[Shape]) -> list[Shape]:
+    axes, keep = node.attrs["axes"], node.attrs["keepdims"]
+    return [tuple(1 if i in axes else d for i, d in enumerate(shapes[0]) if keep or i not in axes)]
+
+
 SHAPE_FUNCTIONS: dict[str, ShapeFn] = {
     "Conv": _conv,
     "MaxPool": _pool,
@@ -177,6 +182,7 @@ SHAPE_FUNCTIONS: dict[str, ShapeFn] = {
     "Transpose": _transpose,
     "Concat": _concat,
     "Pad": _pad,
+    "ReduceMean": _reduce,
 }
 
 RUNTIME_OPS = frozenset(SHAPE_FUNCTIONS)

@@ -1,4 +1,4 @@
-"""BatchNormalization (when not folded), LRN and Softmax."""
+"""BatchNormalization (when not folded), LRN, Softmax and ReduceMean."""
 from __future__ import annotations
 
 import math
@@ -46,3 +46,8 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     # Two passes: max for stability, then exp and normalise.
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
+
+
+@kernel("ReduceMean")
+def reduce_mean(node: Node, x: np.ndarray) -> np.ndarray:
+    return x.mean(axis=node.attrs["axes"], keepdims=node.attrs["keepdims"], dtype=np.float32).astype(x.dtype)

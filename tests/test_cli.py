@@ -1,0 +1,112 @@
+"""The edgesdk command line, run as users run it (a subprocess of the installed console script)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from onnx_builders import single_node_model
+
+EDGESDK = shutil.which("edgesdk", path=os.path.dirname(sys.executable)) or "edgesdk"
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([EDGESDK, *args], capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def conv_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "conv.onnx"
+    rng = np.random.default_rng(0)
+    model = single_node_model("Conv", ("N", 3, 8, 8), {"W": rng.standard_normal((4, 3, 3, 3)).astype(np.float32)},
+                              pads=[1, 1, 1, 1])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_inspect_table_and_json(conv_model):
+    out = cli("inspect", str(conv_model)).stdout
+    assert "Conv" in out and "1x4x8x8" in out and "MACs" in out and "total: 1 layers" in out
+    data = json.loads(cli("inspect", str(conv_model), "--json").stdout)
+    assert data["totals"]["macs"] == 4 * 8 * 8 * 3 * 3 * 3 and data["totals"]["params"] == 108
+    assert data["layers"][0]["output_shape"] == [1, 4, 8, 8]
+
+
+def test_input_shape_option(conv_model):
+    data = json.loads(cli("inspect", str(conv_model), "--input-shape", "x=2x3x8x8", "--json").stdout)
+    assert data["inputs"] == {"x": [2, 3, 8, 8]}
+    bad = cli("inspect", str(conv_model), "--input-shape", "x=2xZ", check=False)
+    assert bad.returncode == 2 and "--input-shape" in bad.stderr
+
+
+def test_run_random_and_from_file(conv_model, tmp_path):
+    out = tmp_path / "out.npz"
+    data = json.loads(cli("run", str(conv_model), "--random", "--output", str(out), "--json").stdout)
+    assert data["outputs"]["y"]["shape"] == [1, 4, 8, 8]
+    assert np.load(out)["y"].shape == (1, 4, 8, 8)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((1, 3, 8, 8)))  # float64 on purpose: the CLI casts floats
+    text = cli("run", str(conv_model), "--input", str(x)).stdout
+    assert "y: shape [1, 4, 8, 8]" in text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_eval_digits_and_npz(tmp_path):
+    model = tmp_path / "flat.onnx"
+    rng = np.random.default_rng(0)
+    m = single_node_model("Gemm", (1, 64), {"B": rng.standard_normal((64, 10)).astype(np.float32)})
+    model.write_bytes(m.SerializeToString())
+    data = tmp_path / "d.npz"
+    np.savez(data, x=rng.standard_normal((20, 64)).astype(np.float32), y=rng.integers(0, 10, 20))
+    result = json.loads(cli("eval", str(model), "--data", str(data), "--json").stdout)
+    assert result["samples"] == 20 and 0 <= result["accuracy"] <= 1 and result["latency"]["runs"] == 20
+    wrong = cli("eval", str(model), "--data", "digits", check=False)
+    assert wrong.returncode == 2 and "shape" in wrong.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (["inspect", "missing.onnx"], "not found"),
+    (["run", "missing.onnx", "--random"], "not found"),
+    (["eval", "missing.onnx", "--data", "nope.npz"], "not found"),
+    (["run", "{model}", "--random", "--backend", "tpu"], "unknown backend 'tpu'"),
+    (["run", "{model}", "--input", "{model}"], "not a readable"),
+])
+def test_errors_are_one_line_with_exit_2(conv_model, args, words):
+    proc = cli(*[a.format(model=conv_model) for a in args], check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edgesdk: error:") and words in lines[0], proc.stderr
+
+
+def test_unsupported_operator_one_line(tmp_path):
+    path = tmp_path / "einsum.onnx"
+    path.write_bytes(single_node_model("Einsum", (2, 3), equation="ij->ji").SerializeToString())
+    proc = cli("inspect", str(path), check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "unsupported operator 'Einsum'" in proc.stderr and "Conv" in proc.stderr
+
+
+def test_debug_shows_traceback(tmp_path):
+    proc = cli("inspect", str(tmp_path / "missing.onnx"), "--debug", check=False)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_quickstart_json():
+    report = json.loads(cli("quickstart", "--json").stdout)
+    rows = {(r["backend"], r["precision"]): r for r in report["results"]}
+    assert rows[("reference", "fp32")]["accuracy"] >= 0.97
+    assert rows[("reference", "fp16")]["accuracy"] >= 0.96
+    assert report["passes"]["fold_batchnorm"] >= 1 and report["passes"]["fuse_activations"] >= 1
+
+
+def test_quickstart_text():
+    out = cli("quickstart").stdout
+    assert "reference" in out and "accuracy" in out and "%" in out
