@@ -14,6 +14,7 @@ from .backends import available_backends, get_backend
 from .datasets import digits_split
 from .evaluation import evaluate
 from .models import default_model_info, default_model_path
+from .native import cpu_features
 from .profile.latency import measure_latency
 from .runtime.cost import layer_costs
 from .runtime.session import Session
@@ -35,6 +36,8 @@ def run_quickstart(log: Log = print) -> dict:
     say(f"  loaded in {1e3 * load_s:.1f} ms; {len(layers)} layers after graph passes "
         f"({', '.join(f'{k} {v}' for k, v in base.optimization_stats.items() if v)}), "
         f"{sum(x.params for x in layers):,} params, {sum(x.macs for x in layers):,} MACs")
+    cpu = cpu_features()
+    say(f"  host CPU: {cpu.vendor} {cpu.model} ({cpu.arch}), native kernel path: {cpu.isa_path()}")
     say(f"  held-out digits test split: {len(test)} images (seed {info['split']['seed']}, "
         f"{int(100 * info['split']['test_fraction'])}%)")
     say("")
@@ -56,7 +59,9 @@ def run_quickstart(log: Log = print) -> dict:
     say("")
     say(f"  accuracy recorded at training time ({info['test_accuracy_measured_by']}): "
         f"{100 * info['test_accuracy']:.2f}%")
-    return {"model": str(path), "model_info": info, "load_ms": 1e3 * load_s,
+    return {"model": str(path), "model_info": info,
+            "cpu": {"arch": cpu.arch, "vendor": cpu.vendor, "model": cpu.model, "isa_path": cpu.isa_path(),
+                    "flags": dict(cpu.flags)}, "load_ms": 1e3 * load_s,
             "passes": base.optimization_stats, "params": sum(x.params for x in layers),
             "macs": sum(x.macs for x in layers), "results": rows}
 
