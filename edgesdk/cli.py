@@ -274,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgesdk: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`edgesdk inspect m.onnx | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # a bug, not bad input: say so briefly, --debug for details
         if args.debug:
             raise
