@@ -8,6 +8,7 @@ from typing import Any
 from .errors import ModelLoadError
 from .graph import Graph
 from .onnx_import import InputShapes, import_model, load_onnx
+from .runtime.shapes import infer_shapes
 
 MODEL_SUFFIXES = (".onnx",)
 
@@ -17,7 +18,10 @@ def load_model(model: Any, input_shapes: InputShapes | None = None) -> Graph:
     if isinstance(model, Graph):
         if input_shapes:
             raise ModelLoadError("input_shapes applies to ONNX models; a Graph already has fixed shapes")
-        return model.copy()
+        graph = model.copy()
+        graph.toposort()  # hand-built graphs may list nodes in any order; also catches cycles
+        infer_shapes(graph)
+        return graph
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         if path.suffix.lower() not in MODEL_SUFFIXES:

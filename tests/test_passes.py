@@ -127,3 +127,21 @@ def test_passes_are_idempotent_and_session_leaves_caller_graph_alone():
     copy = graph.copy()
     assert fold_batchnorm(copy) == 1 and fuse_activations(copy) == 1
     assert fold_batchnorm(copy) == 0 and fuse_activations(copy) == 0 and eliminate_dead_nodes(copy) == 0
+
+
+def test_hand_built_graph_runs_in_any_node_order():
+    from edgesdk.runtime.activations import Activation
+    g = edgesdk.Graph("hand")
+    g.add_input("x", (1, 2, 5, 5))
+    g.add_constant("w", R.standard_normal((3, 2, 3, 3)).astype(np.float32))
+    # listed consumer first: the loader sorts nodes and infers the missing output tensors
+    g.add_node("Relu", ["c"], ["y"], activation=Activation("Relu"))
+    g.add_node("Conv", ["x", "w"], ["c"], kernel_shape=(3, 3), strides=(1, 1), dilations=(1, 1),
+               pads=(1, 1, 1, 1), group=1)
+    g.outputs = ["y"]
+    sess = edgesdk.Session(g)
+    assert sess.output_shapes == {"y": (1, 3, 5, 5)} and _ops(sess) == ["Conv"]
+    x = R.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    ref = edgesdk.Session(g, optimize=False).run({"x": x})["y"]
+    np.testing.assert_allclose(sess.run({"x": x})["y"], ref, rtol=1e-6)
+    assert (ref >= 0).all()

@@ -194,3 +194,18 @@ def infer_node(node: Node, graph: Graph) -> list[tuple[Shape, np.dtype]]:
     shapes = [graph.tensors[i].shape if i else () for i in node.inputs]
     dtype = graph.tensors[node.inputs[0]].dtype
     return [(s, dtype) for s in fn(node, shapes)]
+
+
+def infer_shapes(graph: Graph) -> None:
+    """Create (or check) the tensor of every node output, in node order. For hand-built graphs."""
+    for node in graph.nodes:
+        if node.op not in SHAPE_FUNCTIONS:
+            raise UnsupportedModelError(f"node {node.name!r}: op {node.op!r} has no runtime kernel; "
+                                        f"supported: {', '.join(sorted(SHAPE_FUNCTIONS))}")
+        for name, (shape, dtype) in zip(node.outputs, infer_node(node, graph)):
+            existing = graph.tensors.get(name)
+            if existing is None:
+                graph.add_tensor(name, shape, dtype)
+            elif existing.shape != shape:
+                raise UnsupportedModelError(
+                    f"node {node.name!r}: output {name!r} is declared {existing.shape} but computes to {shape}")
