@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from .backends.reference.constant_ops import CONSTANT_ONLY_OPS
 from .backends.reference.kernels import evaluate
-from .errors import ModelLoadError, UnsupportedModelError, UnsupportedOperatorError
+from .errors import EdgeSDKError, ModelLoadError, UnsupportedModelError, UnsupportedOperatorError
 from .graph import Graph, Node
 from .runtime.activations import Activation
 from .runtime.shapes import RUNTIME_OPS, infer_node, normalize_axis, same_pads
@@ -172,10 +172,33 @@ class _Importer:
         for i in proto.input:
             if i and i not in self.graph.tensors:
                 raise UnsupportedModelError(f"node {name!r} reads {i!r}, which no earlier node produces")
-        attrs = {a.name: _attribute_value(a) for a in proto.attribute}
-        node = _IMPORTERS[proto.op_type](self, name, list(proto.input), list(proto.output), attrs)
-        if node is not None:
-            self.add(node)
+        self._check_arity(proto, name)
+        try:
+            attrs = {a.name: _attribute_value(a) for a in proto.attribute}
+            node = _IMPORTERS[proto.op_type](self, name, list(proto.input), list(proto.output), attrs)
+            if node is not None:
+                self.add(node)
+        except EdgeSDKError:
+            raise
+        except Exception as exc:  # malformed attributes or inputs: name the node, not our stack
+            raise UnsupportedModelError(
+                f"node {name!r} ({proto.op_type}) has malformed attributes or inputs "
+                f"({type(exc).__name__}: {_first_line(exc)})") from None
+
+    def _check_arity(self, proto: onnx.NodeProto, name: str) -> None:
+        """Input and output counts within what the op's ONNX schema allows at this opset."""
+        try:
+            schema = onnx.defs.get_schema(proto.op_type, self.opset)
+        except onnx.defs.SchemaError:
+            raise UnsupportedModelError(f"node {name!r}: {proto.op_type} does not exist in opset {self.opset}") from None
+        present = [i for i, n in enumerate(proto.input) if n]
+        n_in = present[-1] + 1 if present else 0  # trailing omitted optional inputs do not count
+        if not schema.min_input <= n_in <= schema.max_input or not proto.output or \
+                len(proto.output) > schema.max_output:
+            raise UnsupportedModelError(
+                f"node {name!r} ({proto.op_type}) has {n_in} inputs and {len(proto.output)} outputs; "
+                f"opset {self.opset} allows {schema.min_input}-{schema.max_input} inputs and "
+                f"{schema.min_output}-{schema.max_output} outputs")
 
     def add(self, node: Node) -> None:
         """Fold ``node`` if its inputs are constant, else infer its outputs and keep it."""
@@ -380,6 +403,8 @@ def _batch_norm(imp, name, inputs, outputs, attrs):
         raise UnsupportedModelError(f"node {name!r}: BatchNormalization needs an input with a channel axis")
     for i, what in zip(range(1, 5), ("scale", "bias", "mean", "variance")):
         imp.constant_input(name, inputs, i, f"BatchNormalization {what}")
+    if (imp.graph.const(inputs[4]) + attrs.get("epsilon", 1e-5) <= 0).any():
+        raise UnsupportedModelError(f"node {name!r}: BatchNormalization variance + epsilon is not positive")
     return Node("BatchNormalization", name, inputs[:5], outputs[:1],
                 {"epsilon": float(attrs.get("epsilon", 1e-5))})
 
