@@ -169,13 +169,18 @@ class _Importer:
         if proto.domain not in _DEFAULT_DOMAINS or proto.op_type not in _IMPORTERS:
             op = proto.op_type if proto.domain in _DEFAULT_DOMAINS else f"{proto.domain}.{proto.op_type}"
             raise UnsupportedOperatorError(op, name, supported_operators())
-        for i in proto.input:
+        inputs, outputs = list(proto.input), list(proto.output)
+        for i in inputs:
             if i and i not in self.graph.tensors:
                 raise UnsupportedModelError(f"node {name!r} reads {i!r}, which no earlier node produces")
+        for o in outputs:
+            if o and o in self.graph.tensors:  # ONNX graphs are SSA: one definition per name
+                raise ModelLoadError(f"{self.source}: node {name!r} redefines tensor {o!r}; not a valid "
+                                     f"ONNX graph (onnx.checker.check_model reports it too)")
         self._check_arity(proto, name)
         try:
             attrs = {a.name: _attribute_value(a) for a in proto.attribute}
-            node = _IMPORTERS[proto.op_type](self, name, list(proto.input), list(proto.output), attrs)
+            node = _IMPORTERS[proto.op_type](self, name, inputs, outputs, attrs)
             if node is not None:
                 self.add(node)
         except EdgeSDKError:
@@ -594,9 +599,25 @@ _IMPORTERS["Shape"] = _make_shape_of("Shape")
 _IMPORTERS["Size"] = _make_shape_of("Size")
 
 
+@_importer("Cast", "CastLike")
+def _cast(imp, name, inputs, outputs, attrs):
+    if len(inputs) > 1:  # CastLike: the target type is the second input's
+        target = imp.graph.tensors[inputs[1]].dtype
+    else:
+        target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"]))
+    value = imp.graph.const(inputs[0])
+    if value is not None:  # CastLike needs only the other input's (static) dtype, not its value
+        imp.graph.add_constant(outputs[0], value.astype(target))
+        return None
+    if imp.graph.tensors[inputs[0]].dtype == target:
+        return imp.alias(name, inputs[0], outputs[0])  # a cast to the same type is a no-op
+    raise UnsupportedModelError(f"node {name!r}: casting a run-time tensor to {target} is not supported; "
+                                f"edgesdk runs float32 tensors")
+
+
 def _constant_only(op: str) -> Importer:
     return lambda imp, name, inputs, outputs, attrs: Node(op, name, list(inputs), list(outputs), dict(attrs))
 
 
-for _op in sorted(CONSTANT_ONLY_OPS - {"Shape", "Size"}):
+for _op in sorted(CONSTANT_ONLY_OPS - {"Shape", "Size", "Cast"}):
     _IMPORTERS[_op] = _constant_only(_op)

@@ -36,3 +36,20 @@ def test_matches_onnxruntime(name: str, exporter: str, raw: bool) -> None:
     if raw:  # BatchNorm was in the file: the passes must have folded every one of them
         assert sess.optimization_stats["fold_batchnorm"] > 0
         assert "BatchNormalization" not in {n.op for n in sess.graph.nodes}
+
+
+SWEEP = ([("torchscript", opset, True) for opset in range(11, 21)]
+         + [("dynamo", opset, False) for opset in (18, 19, 20, 21)])
+
+
+@pytest.mark.parametrize("name", ["oddnet", "mobilenet_v3_style"])
+@pytest.mark.parametrize("exporter,opset,raw", SWEEP, ids=lambda v: str(v))
+def test_opset_sweep(name: str, exporter: str, opset: int, raw: bool) -> None:
+    """Every opset from 11 to 21 that an exporter emits imports and matches ONNX Runtime."""
+    path = export_onnx(name, exporter=exporter, opset=opset, keep_batchnorm=raw, constant_folding=not raw)
+    x = sample_input(name)
+    sess = edgesdk.Session(path)
+    assert sess.graph.metadata["opset"] == opset
+    got = sess.run({sess.input_names[0]: x})
+    for out_name, exp in zip(sess.output_names, ort_run(path, {sess.input_names[0]: x})):
+        assert_close(got[out_name], exp, rtol=1e-4, what=f"{name}@{opset}/{out_name}")

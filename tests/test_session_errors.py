@@ -145,3 +145,22 @@ def test_fp16_reference_rounds_storage():
     expected = (x.astype(np.float16).astype(np.float32) *
                 np.array([1.0001, 3.0, 1 / 3, 7.0], np.float32).astype(np.float16).astype(np.float32))
     np.testing.assert_array_equal(got, expected.astype(np.float16).astype(np.float32))
+
+
+def test_redefined_tensor_is_refused():
+    model = single_node_model("Add", (1, 4), {"c": np.ones(4, np.float32)})
+    model.graph.node.append(oh.make_node("Relu", ["x"], ["c"]))  # "c" is already an initializer
+    with pytest.raises(ModelLoadError, match="redefines tensor 'c'") as info:
+        edgesdk.Session(model)
+    _one_line(info)
+
+
+@pytest.mark.parametrize("to,ok", [(onnx.TensorProto.FLOAT, True), (onnx.TensorProto.INT32, False)])
+def test_runtime_cast(to, ok):
+    model = single_node_model("Cast", (2, 3), to=to)
+    if ok:
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        np.testing.assert_array_equal(edgesdk.Session(model).run({"x": x})["y"], x)
+    else:
+        with pytest.raises(UnsupportedModelError, match="casting a run-time tensor"):
+            edgesdk.Session(model)
