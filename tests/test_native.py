@@ -120,8 +120,7 @@ def test_aarch64_flags_under_qemu(aarch64_driver, cpu, expected):
     qemu = require_tool("qemu-aarch64", INSTALL_HINT)
     # `-cpu help` exits 1 on qemu 7.2 even though it lists the CPUs.
     listed = subprocess.run([qemu, "-cpu", "help"], capture_output=True, text=True).stdout.split()
-    if cpu not in listed:
-        pytest.skip(f"this qemu-aarch64 does not emulate {cpu}")
+    assert cpu in listed, f"this qemu-aarch64 does not emulate {cpu}: {INSTALL_HINT}"
     info, flags = parse_driver(run(qemu, "-cpu", cpu, aarch64_driver))
     assert info["arch"] == "aarch64"
     assert set(flags) == ARM_FLAGS
