@@ -10,23 +10,43 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
 from .errors import UnsupportedModelError
 
+if TYPE_CHECKING:
+    from .compress.encodings import Encoding
 
-@dataclass
+
 class Tensor:
-    name: str
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    data: np.ndarray | None = None  # set for constants (weights, folded values)
+    """A named tensor. Constants hold either a dense array or an encoding (compressed storage)
+    that decodes, on first use of ``data``, to exactly the values the model computes with."""
+
+    __slots__ = ("name", "shape", "dtype", "_data", "encoding")
+
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: Any, data: np.ndarray | None = None,
+                 encoding: "Encoding | None" = None) -> None:
+        self.name = name
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self._data = data
+        self.encoding = encoding
+
+    @property
+    def data(self) -> np.ndarray | None:
+        if self._data is None and self.encoding is not None:
+            self._data = self.encoding.decode()
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray | None) -> None:
+        self._data, self.encoding = value, None
 
     @property
     def is_constant(self) -> bool:
-        return self.data is not None
+        return self._data is not None or self.encoding is not None
 
     @property
     def size(self) -> int:
@@ -34,7 +54,21 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the dense value (what an uncompressed runtime holds)."""
         return self.size * np.dtype(self.dtype).itemsize
+
+    @property
+    def stored_nbytes(self) -> int:
+        """Bytes as stored: the encoding's size when compressed."""
+        return self.encoding.nbytes if self.encoding is not None else self.nbytes
+
+    def copy(self) -> "Tensor":
+        return Tensor(self.name, self.shape, self.dtype, self._data, self.encoding)
+
+    def __repr__(self) -> str:
+        kind = f", {self.encoding.kind}" if self.encoding is not None else (
+            ", const" if self._data is not None else "")
+        return f"Tensor({self.name!r}, {self.shape}, {self.dtype}{kind})"
 
 
 @dataclass
@@ -76,6 +110,12 @@ class Graph:
         self.tensors[name] = tensor
         return tensor
 
+    def add_encoded(self, name: str, encoding: "Encoding") -> Tensor:
+        """A float32 constant stored compressed; ``data`` decodes it on first use."""
+        tensor = Tensor(name, encoding.shape, np.float32, encoding=encoding)
+        self.tensors[name] = tensor
+        return tensor
+
     def add_node(self, op: str, inputs: list[str], outputs: list[str], name: str | None = None,
                  **attrs: Any) -> Node:
         node = Node(op, name or self.unique_name(op), list(inputs), list(outputs), dict(attrs))
@@ -114,7 +154,7 @@ class Graph:
     def copy(self) -> "Graph":
         """A structural copy: nodes, tensors and attributes are new; constant arrays are shared."""
         clone = Graph(self.name)
-        clone.tensors = {k: Tensor(t.name, t.shape, t.dtype, t.data) for k, t in self.tensors.items()}
+        clone.tensors = {k: t.copy() for k, t in self.tensors.items()}
         clone.nodes = [Node(n.op, n.name, list(n.inputs), list(n.outputs), copy.copy(n.attrs))
                        for n in self.nodes]
         clone.inputs = list(self.inputs)

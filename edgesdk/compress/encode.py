@@ -1,0 +1,136 @@
+"""Build encodings from dense weights: pruning masks, k-means codebooks, CSR, NNM, fp16."""
+from __future__ import annotations
+
+import numpy as np
+
+from .bitpack import pack_bits
+from .encodings import NNM, Clustered, DenseFP16, SparseCSR
+from .kmeans import kmeans_1d, kmeans_vectors
+
+MAX_DELTA_BITS = 8
+
+
+def matrix_view(w: np.ndarray) -> np.ndarray:
+    """Rows = output channels, columns = the rest (C order)."""
+    return np.asarray(w, dtype=np.float32).reshape(w.shape[0], -1)
+
+
+def magnitude_threshold(magnitudes: np.ndarray, sparsity: float) -> float:
+    """The |w| at or below which a fraction ``sparsity`` of the weights falls."""
+    if sparsity <= 0:
+        return -1.0
+    flat = np.sort(np.abs(magnitudes).reshape(-1))
+    cut = int(round(sparsity * flat.size))
+    return float(flat[cut - 1]) if cut > 0 else -1.0
+
+
+def prune_mask(w: np.ndarray, sparsity: float | None = None, threshold: float | None = None) -> np.ndarray:
+    """True where a weight is kept. Give the layer's own sparsity or a (global) threshold."""
+    if threshold is None:
+        threshold = magnitude_threshold(w, sparsity or 0.0)
+    return np.abs(w) > threshold
+
+
+def _store(values: np.ndarray, fp16: bool) -> np.ndarray:
+    return values.astype(np.float16 if fp16 else np.float32)
+
+
+def encode_fp16(w: np.ndarray) -> DenseFP16:
+    return DenseFP16(tuple(w.shape), np.asarray(w, dtype=np.float16))
+
+
+def _codebooks(m: np.ndarray, keep: np.ndarray, bits: int, per_channel: bool, init: str,
+               zero_reserved: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codebook (G, 2^bits) and indices (rows, cols) for matrix ``m``; pruned entries -> index 0."""
+    k = 1 << bits
+    groups = m if per_channel else m.reshape(1, -1)
+    mask = keep if per_channel else keep.reshape(1, -1)
+    if zero_reserved:  # entry 0 is the exact zero of pruned weights; k-1 clusters for the rest
+        book, idx = kmeans_1d(groups, k - 1, mask=mask, init=init, seed=seed) if k > 1 else (None, None)
+        book = np.concatenate([np.zeros((groups.shape[0], 1), np.float32), book], axis=1)
+        idx = np.where(mask, idx + 1, 0)
+    else:
+        book, idx = kmeans_1d(groups, k, init=init, seed=seed)
+    return book, idx.reshape(m.shape)
+
+
+def encode_clustered(w: np.ndarray, bits: int, *, per_channel: bool = False, init: str = "linear",
+                     keep: np.ndarray | None = None, fp16: bool = False, seed: int = 0) -> Clustered:
+    """k-means codebook of 2^bits entries; with ``keep`` (a pruning mask) entry 0 is reserved for 0."""
+    if not 1 <= bits <= 8:
+        raise ValueError(f"cluster bits must be 1..8, got {bits}")
+    m = matrix_view(w)
+    zero_reserved = keep is not None
+    if zero_reserved and bits == 1 and keep.any():
+        raise ValueError("1-bit clustering of a pruned layer leaves no entry for non-zero weights; use >= 2 bits")
+    keep_m = matrix_view(keep).astype(bool) if keep is not None else np.ones_like(m, dtype=bool)
+    book, idx = _codebooks(m, keep_m, bits, per_channel, init, zero_reserved, seed)
+    return Clustered(tuple(w.shape), _store(book, fp16), pack_bits(idx, bits), bits, zero_reserved)
+
+
+def encode_sparse(w: np.ndarray, keep: np.ndarray, *, bits: int | None = None, per_channel: bool = False,
+                  init: str = "linear", fp16: bool = False, seed: int = 0) -> SparseCSR:
+    """Relative-index CSR of the kept weights, values raw or clustered (codebook entry 0 = zero).
+
+    The delta field width is chosen per layer to minimise the stored size (fillers included).
+    """
+    m = matrix_view(w)
+    keep_m = matrix_view(keep).astype(bool)
+    rows, cols = np.nonzero(keep_m)  # row-major: rows ascending, columns ascending within a row
+    if bits is not None:
+        book, idx = _codebooks(m, keep_m, bits, per_channel, init, True, seed)
+        entry_values = idx[rows, cols]
+    else:
+        book, entry_values = None, m[rows, cols]
+    delta_bits = min(range(1, MAX_DELTA_BITS + 1),
+                     key=lambda k: _csr_layout(rows, cols, m.shape[0], k)[2] * (k + (bits or (16 if fp16 else 32))))
+    row_ptr, deltas, entries, filler_at = _csr_layout(rows, cols, m.shape[0], delta_bits)
+    values = np.zeros(entries, dtype=entry_values.dtype)
+    values[~filler_at] = entry_values
+    common = dict(row_ptr=row_ptr, deltas=pack_bits(deltas, delta_bits), delta_bits=delta_bits, nnz=len(rows))
+    if bits is None:
+        return SparseCSR(tuple(w.shape), values=_store(values, fp16), **common)
+    return SparseCSR(tuple(w.shape), codebook=_store(book, fp16), indices=pack_bits(values, bits),
+                     value_bits=bits, **common)
+
+
+def _csr_layout(rows: np.ndarray, cols: np.ndarray, n_rows: int, k: int):
+    """Entry layout with fillers for a k-bit delta field: (row_ptr, deltas, entries, filler mask).
+
+    Delta of a row's first entry = its column; later ones = column - previous column. A delta
+    larger than 2^k - 1 is preceded by ceil(d / (2^k - 1)) - 1 fillers of delta 2^k - 1 each.
+    """
+    top = (1 << k) - 1
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = rows[1:] != rows[:-1]
+    prev = np.where(first, 0, np.concatenate([[0], cols[:-1]]))
+    d = cols - prev
+    fillers = np.maximum(0, -(-d // top) - 1) if top > 0 else np.zeros_like(d)
+    total = len(rows) + int(fillers.sum())
+    # each real entry lands after its own fillers
+    real_pos = np.arange(len(rows)) + np.cumsum(fillers)
+    deltas = np.full(total, top, dtype=np.int64)
+    deltas[real_pos] = d - fillers * top
+    filler_at = np.ones(total, dtype=bool)
+    filler_at[real_pos] = False
+    per_row = np.bincount(rows, weights=1 + fillers, minlength=n_rows).astype(np.int64)
+    row_ptr = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32)
+    return row_ptr, deltas, total, filler_at
+
+
+def encode_nnm(w: np.ndarray, rate: float, *, mode: str = "shared", init: str = "kmeans++", fp16: bool = False,
+               seed: int = 0) -> NNM:
+    """Cluster output channels (``shared``) or per-input-channel filter slices into (1-rate)*K."""
+    k = w.shape[0]
+    clusters = max(1, int(round((1.0 - rate) * k)))
+    index_dtype = np.uint8 if clusters <= 256 else np.uint16
+    if mode == "shared":
+        centroids, assign = kmeans_vectors(matrix_view(w)[None], clusters, init=init, seed=seed)
+        return NNM(tuple(w.shape), _store(centroids[0].reshape((-1,) + w.shape[1:]), fp16),
+                   assign[0].astype(index_dtype), "shared")
+    if mode != "per_input_channel" or w.ndim != 4:
+        raise ValueError(f"NNM mode {mode!r} needs 'shared', or 'per_input_channel' on a conv weight")
+    slices = np.ascontiguousarray(np.moveaxis(w, 1, 0)).reshape(w.shape[1], k, -1)  # (C, K, R*S)
+    centroids, assign = kmeans_vectors(slices, clusters, init=init, seed=seed)
+    return NNM(tuple(w.shape), _store(centroids.reshape((w.shape[1], -1) + w.shape[2:]), fp16),
+               assign.astype(index_dtype), "per_input_channel")
