@@ -1,0 +1,140 @@
+"""Apply a recipe to a Graph: every Conv/Gemm weight gets the encoding its settings ask for.
+
+Runs after the graph passes (BatchNorm must be folded before clustering, or the folded scales
+would break the codebooks). The graph keeps computing the same function up to the compression
+error: encoded tensors decode to exactly the values the compressed model uses.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..graph import Graph, Node
+from .encode import (encode_clustered, encode_fp16, encode_nnm, encode_sparse, magnitude_threshold,
+                     prune_mask)
+from .encodings import Encoding
+from .recipe import LayerSettings, Recipe
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class LayerReport:
+    name: str  # node name
+    weight: str  # tensor name
+    op: str
+    encoding: str
+    params: int
+    bytes_before: int  # dense fp32
+    bytes_after: int
+    error_rms: float  # RMS of (decoded - original) / RMS(original)
+
+    @property
+    def ratio(self) -> float:
+        return self.bytes_before / max(1, self.bytes_after)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratio": self.ratio}
+
+
+def compressible_layers(graph: Graph) -> list[tuple[Node, str]]:
+    """(node, weight tensor) for every Conv and Gemm with a constant weight, each weight once."""
+    seen, layers = set(), []
+    for node in graph.nodes:
+        if node.op in ("Conv", "Gemm") and graph.tensors[node.inputs[1]].is_constant and node.inputs[1] not in seen:
+            seen.add(node.inputs[1])
+            layers.append((node, node.inputs[1]))
+    return layers
+
+
+def _weights_out_in(graph: Graph, node: Node, name: str) -> str:
+    """Gemm weights are stored (out, in) so rows are output channels, as for Conv."""
+    if node.op != "Gemm" or node.attrs["transB"]:
+        return name
+    users = [n for n in graph.nodes if name in n.inputs]
+    if len(users) > 1:
+        return name  # shared with another op: leave its layout alone
+    transposed = graph.unique_name(f"{name}.T")
+    graph.add_constant(transposed, np.ascontiguousarray(graph.const(name).T))
+    node.inputs[1] = transposed
+    node.attrs["transB"] = True
+    return transposed
+
+
+def compress(graph: Graph, recipe: Recipe, *, seed: int = 0, progress: Progress | None = None) -> list[LayerReport]:
+    """Encode the weights of ``graph`` in place following ``recipe``; returns one report per layer."""
+    layers = [(node, _weights_out_in(graph, node, name)) for node, name in compressible_layers(graph)]
+    plan = [(node, name, _effective(recipe, node, name, graph)) for node, name in layers]
+    threshold = _global_threshold(graph, plan, recipe.global_prune)
+    reports = []
+    for i, (node, name, settings) in enumerate(plan):
+        if progress:
+            progress(i, len(plan), node.name)
+        weights = graph.const(name).astype(np.float32)
+        encoding = _encode(weights, settings, threshold, seed) if settings.compresses else None
+        if encoding is not None and encoding.kind != "nnm" and encoding.nbytes >= weights.nbytes:
+            # Never grow a layer (tiny layers with per-channel codebooks would): store the values
+            # it would decode to, dense.
+            graph.tensors[name].data = encoding.decode()
+            reports.append(_report(node, name, weights, encoding, kept_dense=True))
+            continue
+        if encoding is not None:
+            graph.add_encoded(name, encoding)
+        reports.append(_report(node, name, weights, encoding))
+    if progress:
+        progress(len(plan), len(plan), "")
+    graph.remove_unused_tensors()
+    graph.metadata["compression"] = {"recipe": recipe.to_dict(), "layers": [r.to_dict() for r in reports]}
+    return reports
+
+
+def _effective(recipe: Recipe, node: Node, name: str, graph: Graph) -> LayerSettings:
+    settings = recipe.settings_for(node.name, name)
+    weights = graph.tensors[name]
+    if weights.size < recipe.min_params:
+        return LayerSettings(skip=True)
+    depthwise = node.op == "Conv" and node.attrs["group"] > 1
+    if settings.nnm_rate is not None and (depthwise or (settings.nnm_mode == "per_input_channel" and node.op != "Conv")):
+        # Clustering filters of a grouped conv removes no work, and per-input-channel NNM needs
+        # spatial filters: such layers keep their other settings without NNM.
+        return LayerSettings(**{**asdict(settings), "nnm_rate": None})
+    return settings
+
+
+def _global_threshold(graph: Graph, plan, global_prune: float | None) -> float | None:
+    if global_prune is None:
+        return None
+    pool = [np.abs(graph.const(name)).reshape(-1) for _, name, s in plan if s.compresses and s.nnm_rate is None]
+    return magnitude_threshold(np.concatenate(pool), global_prune) if pool else None
+
+
+def _encode(w: np.ndarray, s: LayerSettings, global_threshold: float | None, seed: int) -> Encoding:
+    if s.nnm_rate is not None:
+        return encode_nnm(w, s.nnm_rate, mode=s.nnm_mode, fp16=s.fp16, init="kmeans++", seed=seed)
+    prunes = global_threshold is not None or s.prune > 0
+    if prunes:
+        keep = prune_mask(w, s.prune, global_threshold)
+        options = [encode_sparse(w, keep, bits=s.cluster_bits, per_channel=s.per_channel, init=s.init,
+                                 fp16=s.fp16, seed=seed)]
+        if s.cluster_bits:  # at low sparsity a dense index stream beats CSR: keep the smaller
+            options.append(encode_clustered(w, s.cluster_bits, per_channel=s.per_channel, init=s.init,
+                                            keep=keep, fp16=s.fp16, seed=seed))
+        return min(options, key=lambda e: e.nbytes)
+    if s.cluster_bits:
+        return encode_clustered(w, s.cluster_bits, per_channel=s.per_channel, init=s.init, fp16=s.fp16, seed=seed)
+    return encode_fp16(w)
+
+
+def _report(node: Node, name: str, w: np.ndarray, encoding: Encoding | None, kept_dense: bool = False
+            ) -> LayerReport:
+    if encoding is None:
+        return LayerReport(node.name, name, node.op, "dense-fp32", w.size, w.nbytes, w.nbytes, 0.0)
+    decoded = encoding.decode()
+    rms = float(np.sqrt(np.mean(w.astype(np.float64) ** 2))) or 1.0
+    error = float(np.sqrt(np.mean((decoded.astype(np.float64) - w) ** 2))) / rms
+    if kept_dense:
+        label = f"dense-fp32 ({encoding.describe()} would take {encoding.nbytes} B)"
+        return LayerReport(node.name, name, node.op, label, w.size, w.nbytes, w.nbytes, error)
+    return LayerReport(node.name, name, node.op, encoding.describe(), w.size, w.nbytes, encoding.nbytes, error)
