@@ -105,13 +105,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "layers": [layer.to_dict() for layer in layers],
         "totals": {"layers": len(layers), "params": sum(x.params for x in layers),
                    "macs": sum(x.macs for x in layers), "weight_bytes": weight_bytes,
+                   "stored_bytes": sum(t.stored_nbytes for t in graph.constants()),
                    "peak_activation_bytes": sess.plan.peak_activation_bytes},
     }
     if args.json:
         _emit_json(summary)
         return 0
+    for x, node in zip(summary["layers"], graph.nodes):
+        x["weights"] = _weight_encoding(graph, node)
+        x["stored_bytes"] = _stored_bytes(graph, node)
     rows = [[str(i), x.name, x.op, "x".join(map(str, x.output_shape)), _format_count(x.params),
-             _format_count(x.macs)] for i, x in enumerate(layers)]
+             _format_count(x.macs), _weight_encoding(graph, node), _format_bytes(_stored_bytes(graph, node))]
+            for i, (x, node) in enumerate(zip(layers, graph.nodes))]
     print(f"{args.model}: graph {graph.name!r}, opset {graph.metadata.get('opset')}, "
           f"producer {graph.metadata.get('producer') or 'unknown'}")
     print("inputs:  " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in sess.input_shapes.items()))
@@ -119,12 +124,41 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if sess.optimization_stats:
         print("passes:  " + ", ".join(f"{k} {v}" for k, v in sess.optimization_stats.items()))
     print()
-    print(_table(rows, ["#", "name", "op", "output", "params", "MACs"], right={0, 4, 5}))
+    package = graph.metadata.get("package")
+    if package:
+        _print_package_metadata(package)
+    print(_table(rows, ["#", "name", "op", "output", "params", "MACs", "weights", "stored"], right={0, 4, 5, 7}))
     t = summary["totals"]
     print(f"\ntotal: {t['layers']} layers, {_format_count(t['params'])} params "
-          f"({weight_bytes / 1024:.1f} KiB of weights), {_format_count(t['macs'])} MACs, "
-          f"peak activations {t['peak_activation_bytes'] / 1024:.1f} KiB")
+          f"({_format_bytes(t['stored_bytes'])} stored, {_format_bytes(weight_bytes)} as dense fp32), "
+          f"{_format_count(t['macs'])} MACs, peak activations {t['peak_activation_bytes'] / 1024:.1f} KiB")
     return 0
+
+
+def _weight_encoding(graph, node) -> str:
+    weight = graph.tensors.get(node.inputs[1]) if node.op in ("Conv", "Gemm") and len(node.inputs) > 1 else None
+    if weight is None or not weight.is_constant:
+        return ""
+    return weight.encoding.describe() if weight.encoding is not None else str(weight.dtype).replace("float", "fp")
+
+
+def _stored_bytes(graph, node) -> int:
+    return sum(graph.tensors[i].stored_nbytes for i in node.inputs if i and graph.tensors[i].is_constant)
+
+
+def _format_bytes(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
+
+
+def _print_package_metadata(meta: dict) -> None:
+    print(f"package: {meta.get('producer', '?')}, source {meta.get('source_name', '?')} "
+          f"(sha256 {str(meta.get('source_sha256', ''))[:16]}...)")
+    if meta.get("recipe"):
+        print(f"recipe:  {meta['recipe']}")
+    if meta.get("accuracy") is not None:
+        print(f"accuracy on {meta.get('dataset')}: {100 * meta['accuracy']:.2f}% "
+              f"(uncompressed {100 * meta['baseline_accuracy']:.2f}%)")
+    print()
 
 
 # -- run -------------------------------------------------------------------------------------
@@ -206,6 +240,87 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- pack ------------------------------------------------------------------------------------
+def _recipe_from_args(args: argparse.Namespace):
+    import dataclasses
+
+    from .compress.recipe import LayerSettings, Recipe
+    recipe = Recipe.load(args.recipe) if args.recipe else Recipe()
+    flags = {"prune": args.prune, "cluster_bits": args.cluster_bits, "per_channel": args.per_channel or None,
+             "init": args.init, "nnm_rate": args.nnm_rate, "nnm_mode": args.nnm_mode, "fp16": args.fp16 or None}
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    default = LayerSettings(**{**dataclasses.asdict(recipe.default), **overrides})
+    global_prune = args.global_prune if args.global_prune is not None else recipe.global_prune
+    return dataclasses.replace(recipe, default=default, global_prune=global_prune)
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from .datasets import load_dataset
+    from .pack import pack_model
+    from .progress import Progress
+    recipe = _recipe_from_args(args)
+    data = load_dataset(args.eval) if args.eval else None
+    result = pack_model(args.model, args.output, recipe, data=data,
+                        input_shapes=_parse_input_shapes(args.input_shape),
+                        progress=None if args.json else Progress("packing"))
+    if args.json:
+        _emit_json(result.to_dict())
+        return 0
+    rows = [[str(i), r.name, r.op, r.encoding, _format_count(r.params), _format_bytes(r.bytes_before),
+             _format_bytes(r.bytes_after), f"{r.ratio:.1f}x", f"{r.error_rms:.3f}"]
+            for i, r in enumerate(result.layers)]
+    print(_table(rows, ["#", "layer", "op", "encoding", "params", "fp32", "stored", "ratio", "rel.err"],
+                 right={0, 4, 5, 6, 7, 8}))
+    before = sum(r.bytes_before for r in result.layers)
+    after = sum(r.bytes_after for r in result.layers)
+    print(f"\nweights: {_format_bytes(before)} -> {_format_bytes(after)} ({before / max(1, after):.1f}x)")
+    print(f"file:    {args.model} {_format_bytes(result.source_bytes)} -> {args.output} "
+          f"{_format_bytes(result.package_bytes)} ({result.ratio:.1f}x smaller)")
+    if result.accuracy is not None:
+        print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% "
+              f"(uncompressed {100 * result.baseline_accuracy:.2f}%, "
+              f"{100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
+    return 0
+
+
+# -- finetune --------------------------------------------------------------------------------
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from .datasets import digits_split, load_dataset
+    from .models import default_model_path
+    from .pack import compress_model, pack_model
+
+    model = args.model or str(default_model_path())
+    train, test = digits_split() if args.train == "digits" else (load_dataset(args.train), None)
+    if args.test:
+        test = load_dataset(args.test)
+    recipe = _recipe_from_args(args)
+    finetuned = _finetune(model, recipe, train, test, args)
+    graph, _ = compress_model(finetuned, recipe)
+    result = pack_model(model, args.output, recipe, data=test, graph=graph,
+                        input_shapes=_parse_input_shapes(args.input_shape))
+    report = result.to_dict()
+    if args.json:
+        _emit_json(report)
+        return 0
+    print(f"packed {args.output}: {_format_bytes(result.package_bytes)}, {result.ratio:.1f}x smaller than "
+          f"{Path(model).name} ({_format_bytes(result.source_bytes)})")
+    if result.accuracy is not None:
+        print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% (uncompressed "
+              f"{100 * result.baseline_accuracy:.2f}%, {100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
+    return 0
+
+
+def _finetune(model: str, recipe, train, test, args: argparse.Namespace):
+    from .compress.finetune import finetune_graph
+    from .loader import load_model
+    from .passes import optimize
+    graph = load_model(model, _parse_input_shapes(args.input_shape))
+    optimize(graph)
+    options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "beta": args.beta}.items() if v is not None}
+    log = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    return finetune_graph(graph, recipe, train, test=test, log=log, **options)
+
+
 # -- quickstart ------------------------------------------------------------------------------
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from .quickstart import run_quickstart
@@ -225,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     model_opts = argparse.ArgumentParser(add_help=False)
-    model_opts.add_argument("model", help="model file (.onnx)")
+    model_opts.add_argument("model", help="model file (.onnx or .edgepkg)")
     model_opts.add_argument("--input-shape", action="append", metavar="NAME=DxD...",
                             help="fix a dynamic input shape, e.g. input=1x3x224x224 (repeatable)")
 
@@ -255,6 +370,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="'digits' or an .npz with arrays x and y")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N samples")
     p.set_defaults(func=cmd_eval)
+
+    compression = argparse.ArgumentParser(add_help=False)
+    compression.add_argument("-o", "--output", required=True, help="the .edgepkg to write")
+    compression.add_argument("--recipe", help="a JSON or YAML recipe (per-layer settings); flags override its defaults")
+    compression.add_argument("--prune", type=float, help="per-layer magnitude sparsity, e.g. 0.5")
+    compression.add_argument("--global-prune", type=float, help="one magnitude threshold across all layers")
+    compression.add_argument("--cluster-bits", type=int, help="k-means codebook of 2^B entries (1..8)")
+    compression.add_argument("--per-channel", action="store_true", help="one codebook per output channel")
+    compression.add_argument("--init", choices=["linear", "kmeans++"], help="k-means initialisation (default linear)")
+    compression.add_argument("--nnm-rate", type=float, help="output-channel clustering: fraction of filters removed")
+    compression.add_argument("--nnm-mode", choices=["shared", "per_input_channel"])
+    compression.add_argument("--fp16", action="store_true", help="store weights, codebooks and centroids as half")
+
+    p = sub.add_parser("pack", parents=[common, model_opts, compression], help="compress an ONNX model into an .edgepkg")
+    p.add_argument("--eval", metavar="DATA", help="measure accuracy before and after ('digits' or an .npz)")
+    p.set_defaults(func=cmd_pack)
+
+    p = sub.add_parser("finetune", parents=[common, compression],
+                       help="fine-tune a compressed model (CPT for NNM, codebook training), then pack it")
+    p.add_argument("model", nargs="?", help="an .onnx model (default: the embedded digits model)")
+    p.add_argument("--input-shape", action="append", metavar="NAME=DxD...")
+    p.add_argument("--train", default="digits", help="'digits' (its training split) or an .npz with x and y")
+    p.add_argument("--test", help="held-out .npz with x and y (default: the digits test split with --train digits)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: the fine-tuner's)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tuner's)")
+    p.add_argument("--beta", type=float, default=None, help="CPT pull toward the centroids per step (0, 1]")
+    p.set_defaults(func=cmd_finetune)
 
     p = sub.add_parser("quickstart", parents=[common], help="the embedded default model end to end")
     p.set_defaults(func=cmd_quickstart)

@@ -16,3 +16,8 @@ def default_model_path() -> Path:
 def default_model_info() -> dict:
     """Training metadata of the default model: split, preprocessing, measured accuracy."""
     return json.loads(DEFAULT_MODEL.with_suffix(".json").read_text())
+
+
+def default_recipe_path() -> Path:
+    """The compression recipe tuned for the default model without fine-tuning (>= 10x smaller)."""
+    return DEFAULT_MODEL.with_suffix(".recipe.json")
