@@ -9,6 +9,7 @@ from .errors import (  # noqa: E402
     EdgeSDKError,
     InputError,
     ModelLoadError,
+    PackageError,
     UnsupportedModelError,
     UnsupportedOperatorError,
 )
@@ -18,6 +19,6 @@ from .runtime.session import Session  # noqa: E402
 
 __all__ = [
     "Session", "Graph", "Node", "Tensor", "supported_operators", "EdgeSDKError", "ModelLoadError",
-    "UnsupportedModelError", "UnsupportedOperatorError", "BackendUnavailableError", "InputError",
+    "UnsupportedModelError", "UnsupportedOperatorError", "BackendUnavailableError", "InputError", "PackageError",
     "DatasetError", "__version__",
 ]

@@ -126,7 +126,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print()
     package = graph.metadata.get("package")
     if package:
-        _print_package_metadata(package)
+        _print_package_metadata(package, graph.metadata.get("compression", {}))
     print(_table(rows, ["#", "name", "op", "output", "params", "MACs", "weights", "stored"], right={0, 4, 5, 7}))
     t = summary["totals"]
     print(f"\ntotal: {t['layers']} layers, {_format_count(t['params'])} params "
@@ -150,14 +150,16 @@ def _format_bytes(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
 
 
-def _print_package_metadata(meta: dict) -> None:
-    print(f"package: {meta.get('producer', '?')}, source {meta.get('source_name', '?')} "
-          f"(sha256 {str(meta.get('source_sha256', ''))[:16]}...)")
+def _print_package_metadata(meta: dict, compression: dict) -> None:
+    print(f"package: format {meta.get('format_version')}, {meta.get('file_size', 0):,} bytes, "
+          f"{meta.get('producer', '?')}, created {meta.get('created', '?')}")
+    print(f"source:  {compression.get('source_name', '?')} (sha256 {str(meta.get('source_sha256') or '')[:16]}...)")
     if meta.get("recipe"):
-        print(f"recipe:  {meta['recipe']}")
+        print(f"recipe:  {json.dumps(meta['recipe'], sort_keys=True)}")
     if meta.get("accuracy") is not None:
-        print(f"accuracy on {meta.get('dataset')}: {100 * meta['accuracy']:.2f}% "
-              f"(uncompressed {100 * meta['baseline_accuracy']:.2f}%)")
+        baseline = compression.get("baseline_accuracy")
+        print(f"accuracy on {meta.get('accuracy_dataset')}: {100 * meta['accuracy']:.2f}%"
+              + (f" (uncompressed {100 * baseline:.2f}%)" if baseline is not None else ""))
     print()
 
 

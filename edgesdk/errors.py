@@ -40,3 +40,7 @@ class InputError(EdgeSDKError, ValueError):
 
 class DatasetError(EdgeSDKError):
     """An evaluation dataset is missing, malformed or does not fit the model."""
+
+
+class PackageError(EdgeSDKError):
+    """An .edgepkg package cannot be written, or is truncated, corrupt or of another format version."""

@@ -8,9 +8,11 @@ from typing import Any
 from .errors import ModelLoadError
 from .graph import Graph
 from .onnx_import import InputShapes, import_model, load_onnx
+from .package import SUFFIX as PACKAGE_SUFFIX
+from .package import load_package
 from .runtime.shapes import infer_shapes
 
-MODEL_SUFFIXES = (".onnx",)
+MODEL_SUFFIXES = (".onnx", PACKAGE_SUFFIX)
 
 
 def load_model(model: Any, input_shapes: InputShapes | None = None) -> Graph:
@@ -28,8 +30,12 @@ def load_model(model: Any, input_shapes: InputShapes | None = None) -> Graph:
             raise ModelLoadError(
                 f"{str(path)!r}: unknown model type {path.suffix or '(no suffix)'!r}; "
                 f"edgesdk reads {', '.join(MODEL_SUFFIXES)} files")
+        if path.suffix.lower() == PACKAGE_SUFFIX:
+            if input_shapes:
+                raise ModelLoadError("input_shapes applies to ONNX models; a package already has fixed shapes")
+            return load_package(path)
         return load_onnx(path, input_shapes)
     if type(model).__name__ == "ModelProto":
         return import_model(model, input_shapes)
     raise ModelLoadError(f"cannot load a model from a {type(model).__name__}; pass a path to an .onnx "
-                         f"file, an onnx.ModelProto or an edgesdk Graph")
+                         f"or .edgepkg file, an onnx.ModelProto or an edgesdk Graph")

@@ -1,13 +1,11 @@
 """ONNX -> Graph -> compress -> .edgepkg, the workflow behind ``edgesdk pack`` and ``quickstart``."""
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__
 from .compress.apply import LayerReport, compress
 from .compress.recipe import Recipe
 from .datasets import Dataset
@@ -40,14 +38,6 @@ class PackResult:
                 "layers": [r.to_dict() for r in self.layers]}
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def compress_model(source: str | os.PathLike | Graph, recipe: Recipe, *, input_shapes=None,
                    progress: Progress | None = None) -> tuple[Graph, list[LayerReport]]:
     """Load, run the graph passes (BatchNorm folds before clustering), then compress."""
@@ -62,7 +52,7 @@ def pack_model(source: str | os.PathLike, output: str | os.PathLike, recipe: Rec
     """Compress ``source`` with ``recipe`` (or take an already compressed ``graph``), optionally
     measure accuracy on ``data`` before and after, and write the package."""
     from .evaluation import evaluate
-    from .package import save_package
+    from .package import save_package, sha256_file
     from .runtime.session import Session
 
     if graph is None:
@@ -74,15 +64,12 @@ def pack_model(source: str | os.PathLike, output: str | os.PathLike, recipe: Rec
     if data is not None:
         baseline = evaluate(Session(source, input_shapes=input_shapes), data).accuracy
         accuracy = evaluate(Session(graph), data).accuracy
-    metadata = {
-        "producer": f"edgesdk {__version__}",
-        "source_name": Path(source).name,
-        "source_sha256": file_sha256(source),
-        "recipe": recipe.to_json(),
-        "layers": [r.to_dict() for r in reports],
-    }
+    metadata = {"source_sha256": sha256_file(source), "recipe": recipe.to_json(),
+                "layers": [r.summary() for r in reports]}
+    # The recipe and per-layer stats travel once, as package metadata; the graph keeps the rest.
+    graph.metadata["compression"] = {"source_name": Path(source).name, "baseline_accuracy": baseline}
     if accuracy is not None:
-        metadata.update(accuracy=accuracy, baseline_accuracy=baseline, dataset=data.name)
+        metadata.update(accuracy=accuracy, accuracy_dataset=data.name)
     save_package(graph, output, metadata=metadata,
                  progress=(lambda done, total: progress(done, total, "writing")) if progress else None)
     return PackResult(str(source), str(output), Path(source).stat().st_size, Path(output).stat().st_size,

@@ -38,6 +38,12 @@ class LayerReport:
     def to_dict(self) -> dict:
         return {**asdict(self), "ratio": self.ratio}
 
+    def summary(self) -> dict:
+        """The compact record a package stores per layer."""
+        return {"name": self.name, "encoding": self.encoding, "params": self.params,
+                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
+                "error_rms": float(f"{self.error_rms:.4g}")}
+
 
 def compressible_layers(graph: Graph) -> list[tuple[Node, str]]:
     """(node, weight tensor) for every Conv and Gemm with a constant weight, each weight once."""
@@ -82,12 +88,20 @@ def compress(graph: Graph, recipe: Recipe, *, seed: int = 0, progress: Progress 
             continue
         if encoding is not None:
             graph.add_encoded(name, encoding)
+        if settings.fp16 and not settings.skip:
+            _bias_to_fp16(graph, node)
         reports.append(_report(node, name, weights, encoding))
     if progress:
         progress(len(plan), len(plan), "")
     graph.remove_unused_tensors()
     graph.metadata["compression"] = {"recipe": recipe.to_dict(), "layers": [r.to_dict() for r in reports]}
     return reports
+
+
+def _bias_to_fp16(graph: Graph, node: Node) -> None:
+    bias = graph.tensors.get(node.input(2) or "")
+    if bias is not None and bias.is_constant and bias.encoding is None and bias.dtype == np.float32:
+        graph.add_encoded(bias.name, encode_fp16(bias.data))
 
 
 def _effective(recipe: Recipe, node: Node, name: str, graph: Graph) -> LayerSettings:

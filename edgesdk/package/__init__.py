@@ -1,0 +1,48 @@
+"""The ``.edgepkg`` model package: one file, mmap-able, checksummed.
+
+A package stores a :class:`~edgesdk.graph.Graph` (nodes, typed attributes, tensors), its
+constants (dense, or compressed encodings exactly as :meth:`Encoding.parts` gives them, never
+decoded) and metadata (producer, source model sha256, compression recipe, per-layer stats,
+accuracy, creation time, ``graph.metadata``). The schema is ``edgepkg.fbs``; the Python code in
+``fb/`` is generated from it by ``tools/gen_flatbuffers.py``.
+
+File layout (little-endian; byte by byte at the top of ``edgepkg.fbs``)::
+
+    [0, 128)             header: magic "EDGEPKG\\0", format version, file size, offsets and
+                         sizes of the flatbuffer and the blob area, xxh3-128 of the whole file
+                         but its own 32 bytes
+    [128, 128 + fb)      flatbuffer: root Model, file_identifier "EPKG"
+    [blob area, end)     after zero padding: the arrays, each at a file offset that is a
+                         multiple of 64, raw little-endian C order
+
+Arrays live outside the flatbuffer so that :func:`load_package` can map the file and hand out
+``np.frombuffer`` views of it: opening a package copies nothing until a tensor is used, and a
+runtime can pass the same pages to OpenCL with ``CL_MEM_USE_HOST_PTR``.
+
+>>> info = save_package(graph, "model.edgepkg", metadata={"accuracy": 0.98, "accuracy_dataset": "digits"})
+>>> graph = load_package("model.edgepkg")  # or Session("model.edgepkg")
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+from ..errors import PackageError
+from .layout import FORMAT_VERSION
+from .reader import load_package, read_package_info
+from .writer import METADATA_KEYS, PackageInfo, save_package
+
+SUFFIX = ".edgepkg"
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file, for ``save_package(..., metadata={"source_sha256": ...})``."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+__all__ = ["save_package", "load_package", "read_package_info", "sha256_file", "PackageInfo",
+           "PackageError", "FORMAT_VERSION", "METADATA_KEYS", "SUFFIX"]
