@@ -13,7 +13,7 @@ import numpy as np
 from .backends import available_backends, get_backend
 from .datasets import digits_split
 from .evaluation import evaluate
-from .models import default_model_info, default_model_path
+from .models import default_model_info, default_model_path, default_recipe_path
 from .native import cpu_features
 from .profile.latency import measure_latency
 from .runtime.cost import layer_costs
@@ -59,7 +59,14 @@ def run_quickstart(log: Log = print) -> dict:
     say("")
     say(f"  accuracy recorded at training time ({info['test_accuracy_measured_by']}): "
         f"{100 * info['test_accuracy']:.2f}%")
-    return {"model": str(path), "model_info": info,
+    packed = _compression_step(path, test)
+    say("")
+    say(f"  compression with {default_recipe_path().name} (no fine-tuning; `edgesdk finetune` goes further):")
+    say(f"    {path.name} {packed['source_bytes']:,} B -> .edgepkg {packed['package_bytes']:,} B "
+        f"({packed['ratio']:.1f}x smaller), accuracy {100 * packed['accuracy']:.2f}% "
+        f"({100 * (packed['accuracy'] - packed['baseline_accuracy']):+.2f} pp), opened in "
+        f"{packed['open_ms']:.1f} ms")
+    return {"model": str(path), "model_info": info, "compression": packed,
             "cpu": {"arch": cpu.arch, "vendor": cpu.vendor, "model": cpu.model, "isa_path": cpu.isa_path(),
                     "flags": dict(cpu.flags)}, "load_ms": 1e3 * load_s,
             "passes": base.optimization_stats, "params": sum(x.params for x in layers),
@@ -88,3 +95,22 @@ def _onnxruntime_row(path, test) -> dict | None:
     latency = measure_latency(lambda: ort_sess.run(None, {name: sample}), min_time_s=0.3)
     return {"backend": "onnxruntime (baseline)", "precision": "fp32",
             "accuracy": float((scores.argmax(1) == test.y).mean()), "latency": latency.to_dict()}
+
+
+def _compression_step(path, test) -> dict:
+    """Pack the default model with its tuned recipe into a temp dir, reopen it, measure it."""
+    import tempfile
+    from pathlib import Path
+
+    from .compress.recipe import Recipe
+    from .pack import pack_model
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "digits_lenet.edgepkg"
+        result = pack_model(path, out, Recipe.load(default_recipe_path()), data=test)
+        t0 = time.perf_counter()
+        sess = Session(out)
+        open_ms = 1e3 * (time.perf_counter() - t0)
+        reopened = evaluate(sess, test).accuracy
+    report = result.to_dict()
+    report.update(open_ms=open_ms, accuracy_after_reload=reopened)
+    return report
