@@ -110,3 +110,40 @@ def test_quickstart_json():
 def test_quickstart_text():
     out = cli("quickstart").stdout
     assert "reference" in out and "accuracy" in out and "%" in out
+
+
+def test_pack_inspect_eval_a_package(tmp_path):
+    from edgesdk.models import default_model_path, default_recipe_path
+    out = tmp_path / "d.edgepkg"
+    result = json.loads(cli("pack", str(default_model_path()), "-o", str(out), "--recipe", str(default_recipe_path()),
+                            "--eval", "digits", "--json").stdout)
+    assert result["ratio"] > 5 and result["accuracy"] >= result["baseline_accuracy"] - 0.005
+    assert {r["encoding"].split("(")[0] for r in result["layers"]} >= {"cluster4/layer/fp16"}
+    text = cli("inspect", str(out)).stdout
+    assert "package: format 1" in text and "recipe:" in text and "cluster4/layer/fp16" in text
+    evaluated = json.loads(cli("eval", str(out), "--data", "digits", "--json").stdout)
+    assert evaluated["accuracy"] == pytest.approx(result["accuracy"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_pack_flags_override_and_bad_recipes(conv_model, tmp_path):
+    out = tmp_path / "c.edgepkg"
+    data = json.loads(cli("pack", str(conv_model), "-o", str(out), "--cluster-bits", "3", "--per-channel",
+                          "--json").stdout)
+    assert data["layers"][0]["encoding"].startswith(("cluster3/channel", "dense-fp32 (cluster3/channel"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"default": {"bitz": 3}}')
+    proc = cli("pack", str(conv_model), "-o", str(out), "--recipe", str(bad), check=False)
+    assert proc.returncode == 2 and "unknown settings ['bitz']" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = cli("pack", str(conv_model), "-o", str(out), "--cluster-bits", "9", check=False)
+    assert proc.returncode == 2 and "cluster_bits must be 1..8" in proc.stderr
+
+
+def test_damaged_package_is_one_line(tmp_path, conv_model):
+    out = tmp_path / "c.edgepkg"
+    cli("pack", str(conv_model), "-o", str(out), "--fp16")
+    data = bytearray(out.read_bytes())
+    data[-3] ^= 0x40
+    out.write_bytes(bytes(data))
+    proc = cli("run", str(out), "--random", check=False)
+    assert proc.returncode == 2 and "checksum mismatch" in proc.stderr and len(proc.stderr.splitlines()) == 1
