@@ -34,13 +34,7 @@ NO_FINETUNE = {
     "4-bit per-layer codebooks": {"default": {"cluster_bits": 4}},
     "tuned recipe (digits_lenet.recipe.json)": None,  # loaded from the package
 }
-FINETUNE = {
-    "prune + 4-bit per-channel codebooks + codebook fine-tuning": {
-        "default": {"cluster_bits": 4, "per_channel": True, "fp16": True},
-        "global_prune": 0.9,
-        "layers": [{"match": "/0/Conv", "prune": 0.0, "per_channel": False},
-                   {"match": "/12/Gemm", "per_channel": False}]},
-}
+FINETUNE = ("prune+cluster3-layer-32x",)  # recipes from edgesdk.compress.finetune.DIGITS_RECIPES
 
 
 def measure(name: str, recipe: Recipe, train, test, tmp: Path, finetune: bool) -> dict:
@@ -74,8 +68,11 @@ def main(argv=None) -> int:
         for name, spec in NO_FINETUNE.items():
             recipe = Recipe.load(default_recipe_path()) if spec is None else Recipe.from_dict(spec)
             rows.append({**measure(name, recipe, train, test, Path(tmp), False), "finetuned": False})
-        for name, spec in FINETUNE.items():
-            rows.append({**measure(name, Recipe.from_dict(spec), train, test, Path(tmp), True), "finetuned": True})
+        from edgesdk.compress.finetune import DIGITS_RECIPES
+        for name in FINETUNE:
+            recipe = DIGITS_RECIPES[name]
+            recipe = recipe if isinstance(recipe, Recipe) else Recipe.from_dict(recipe)
+            rows.append({**measure(name, recipe, train, test, Path(tmp), True), "finetuned": True})
     nnm = [] if args.quick else nnm_table(train, test)
     if args.json:
         print(json.dumps({"packages": rows, "nnm": nnm}, indent=2))

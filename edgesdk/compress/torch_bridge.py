@@ -94,6 +94,10 @@ class GraphModule(nn.Module):
             raise KeyError(f"{tensor_name!r} is not a trainable tensor of this graph; trainable: "
                            f"{', '.join(self.tensor_params)}") from None
 
+    def tensor_value(self, tensor_name: str) -> torch.Tensor:
+        """The value the module computes with for a trainable tensor (subclasses may derive it)."""
+        return self.parameter_for(tensor_name)
+
     def forward(self, *inputs: torch.Tensor):
         if len(inputs) != len(self.input_names):
             raise TypeError(f"the graph takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
@@ -330,11 +334,12 @@ def _pad(m, node, x):
 def write_back(graph: Graph, module: GraphModule) -> Graph:
     """Copy the module's (fine-tuned) parameters into ``graph``'s tensors as dense float32; returns
     ``graph`` (modified in place; the tensors of other copies of the graph are not touched)."""
-    for name, param in module.tensor_params.items():
+    for name in module.tensor_params:
         if name not in graph.tensors:
             raise KeyError(f"graph {graph.name!r} has no tensor {name!r} to write back")
         tensor = graph.tensors[name]
-        value = param.detach().to("cpu", torch.float32).numpy().copy()
+        with torch.no_grad():
+            value = module.tensor_value(name).detach().to("cpu", torch.float32).numpy().copy()
         if value.shape != tensor.shape:
             raise ValueError(f"{name!r}: parameter shape {value.shape} != tensor shape {tensor.shape}")
         tensor.data = value
