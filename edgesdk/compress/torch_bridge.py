@@ -209,17 +209,12 @@ _op("Div")(lambda m, node, a, b: a / b)
 
 
 def _pool_geometry(node: Node, x: torch.Tensor):
-    """Window, stride, dilation and the full (left, right, top, bottom) pads, ceil overhang included
-    (as ``reference.pool._geometry``)."""
-    from ..runtime.shapes import pool_output_size
+    """Window, stride, dilation and the full F.pad (left, right, top, bottom) pads, ceil overhang
+    included (the shared ``runtime.shapes.pool_sweep``)."""
+    from ..runtime.shapes import pool_sweep
     a = node.attrs
-    (kh, kw), (sh, sw), (dh, dw), pads = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
-    h, w = x.shape[2:]
-    oh = pool_output_size(h, kh, sh, dh, pads[0], pads[2], a["ceil_mode"])
-    ow = pool_output_size(w, kw, sw, dw, pads[1], pads[3], a["ceil_mode"])
-    over_h = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pads[0] + pads[2]))
-    over_w = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pads[1] + pads[3]))
-    return (kh, kw), (sh, sw), (dh, dw), (pads[1], pads[3] + over_w, pads[0], pads[2] + over_h)
+    _, (top, left, bottom, right) = pool_sweep(node, *x.shape[2:])
+    return tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]), (left, right, top, bottom)
 
 
 @_op("MaxPool")
@@ -350,7 +345,7 @@ def write_back(graph: Graph, module: GraphModule) -> Graph:
 @contextlib.contextmanager
 def quiet_export():
     """Silence the exporter's warnings, prints and log records."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "torch")]
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "torch")]
     levels = [lg.level for lg in loggers]
     buf = io.StringIO()
     try:

@@ -41,6 +41,18 @@ def pool_output_size(size: int, kernel: int, stride: int, dilation: int, pad_beg
     return out
 
 
+def pool_sweep(node: Node, h: int, w: int) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
+    """Output size of a pooling node on an h x w input, and the padding its window sweep needs:
+    the explicit pads plus the ceil_mode overhang past the end, as (top, left, bottom, right)."""
+    a = node.attrs
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
+    oh = pool_output_size(h, kh, sh, dh, pt, pb, a["ceil_mode"])
+    ow = pool_output_size(w, kw, sw, dw, pl, pr, a["ceil_mode"])
+    over_h = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pt + pb))
+    over_w = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pl + pr))
+    return (oh, ow), (pt, pl, pb + over_h, pr + over_w)
+
+
 def same_pads(auto_pad: str, sizes: Shape, kernel: Shape, strides: Shape, dilations: Shape
               ) -> tuple[int, ...]:
     """Explicit (begin..., end...) pads for ONNX auto_pad SAME_UPPER / SAME_LOWER / VALID."""

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
-import logging
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -83,21 +80,10 @@ def _cache_key(name, shape, exporter, opset, keep_batchnorm, dynamic_batch, cons
     return h.hexdigest()[:16]
 
 
-@contextlib.contextmanager
 def _quiet():
     """Silence the exporters' warnings, prints and log records; keep the text for error messages."""
-    buf = io.StringIO()
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "torch")]
-    levels = [lg.level for lg in loggers]
-    try:
-        for lg in loggers:
-            lg.setLevel(logging.ERROR)
-        with warnings.catch_warnings(), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            warnings.simplefilter("ignore")
-            yield buf
-    finally:
-        for lg, lv in zip(loggers, levels):
-            lg.setLevel(lv)
+    from edgesdk.compress.torch_bridge import quiet_export
+    return quiet_export()
 
 
 def _onnx_opset(path) -> int | None:

@@ -4,22 +4,16 @@ from __future__ import annotations
 import numpy as np
 
 from ...graph import Node
-from ...runtime.shapes import pool_output_size
+from ...runtime.shapes import pool_sweep
 from .conv import sliding_windows
 from .kernels import kernel
 
 
 def _geometry(node: Node, x: np.ndarray):
     a = node.attrs
-    (kh, kw), (sh, sw), (dh, dw), pads = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
-    h, w = x.shape[2:]
-    oh = pool_output_size(h, kh, sh, dh, pads[0], pads[2], a["ceil_mode"])
-    ow = pool_output_size(w, kw, sw, dw, pads[1], pads[3], a["ceil_mode"])
-    # ceil_mode windows may run past the end padding: pad further so every window is in bounds.
-    over_h = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - (h + pads[0] + pads[2]))
-    over_w = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - (w + pads[1] + pads[3]))
-    full_pads = ((0, 0), (0, 0), (pads[0], pads[2] + over_h), (pads[1], pads[3] + over_w))
-    return (kh, kw), (sh, sw), (dh, dw), (oh, ow), full_pads
+    out_hw, (top, left, bottom, right) = pool_sweep(node, *x.shape[2:])
+    full_pads = ((0, 0), (0, 0), (top, bottom), (left, right))
+    return a["kernel_shape"], a["strides"], a["dilations"], out_hw, full_pads
 
 
 @kernel("MaxPool")
