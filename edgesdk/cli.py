@@ -114,8 +114,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for x, node in zip(summary["layers"], graph.nodes):
         x["weights"] = _weight_encoding(graph, node)
         x["stored_bytes"] = _stored_bytes(graph, node)
+    errors = _layer_errors(graph)
+    for x in summary["layers"]:
+        if x["name"] in errors:
+            x["error_rms"] = errors[x["name"]]
     rows = [[str(i), x.name, x.op, "x".join(map(str, x.output_shape)), _format_count(x.params),
-             _format_count(x.macs), _weight_encoding(graph, node), _format_bytes(_stored_bytes(graph, node))]
+             _format_count(x.macs), _weight_encoding(graph, node), _format_bytes(_stored_bytes(graph, node)),
+             f"{errors[x.name]:.3f}" if x.name in errors else ""]
             for i, (x, node) in enumerate(zip(layers, graph.nodes))]
     print(f"{args.model}: graph {graph.name!r}, opset {graph.metadata.get('opset')}, "
           f"producer {graph.metadata.get('producer') or 'unknown'}")
@@ -126,13 +131,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print()
     package = graph.metadata.get("package")
     if package:
-        _print_package_metadata(package, graph.metadata.get("compression", {}))
-    print(_table(rows, ["#", "name", "op", "output", "params", "MACs", "weights", "stored"], right={0, 4, 5, 7}))
+        _print_package_metadata(package, graph.metadata)
+    print(_table(rows, ["#", "name", "op", "output", "params", "MACs", "weights", "stored", "rms err"],
+                 right={0, 4, 5, 7, 8}))
     t = summary["totals"]
     print(f"\ntotal: {t['layers']} layers, {_format_count(t['params'])} params "
           f"({_format_bytes(t['stored_bytes'])} stored, {_format_bytes(weight_bytes)} as dense fp32), "
           f"{_format_count(t['macs'])} MACs, peak activations {t['peak_activation_bytes'] / 1024:.1f} KiB")
     return 0
+
+
+def _layer_errors(graph) -> dict[str, float]:
+    """Layer name -> relative RMS weight error of its compression, from the package's stats."""
+    layers = (graph.metadata.get("compression") or {}).get("layers") or []
+    return {r["name"]: r["error_rms"] for r in layers
+            if isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("error_rms"), (int, float))}
 
 
 def _weight_encoding(graph, node) -> str:
@@ -150,10 +163,11 @@ def _format_bytes(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n} B"
 
 
-def _print_package_metadata(meta: dict, compression: dict) -> None:
+def _print_package_metadata(meta: dict, graph_metadata: dict) -> None:
+    compression = graph_metadata.get("compression") or {}
     print(f"package: format {meta.get('format_version')}, {meta.get('file_size', 0):,} bytes, "
-          f"{meta.get('producer', '?')}, created {meta.get('created', '?')}")
-    print(f"source:  {compression.get('source_name', '?')} (sha256 {str(meta.get('source_sha256') or '')[:16]}...)")
+          f"{meta.get('producer', '?')}")
+    print(f"source:  {graph_metadata.get('source', '?')} (sha256 {str(meta.get('source_sha256') or '')[:16]}...)")
     if meta.get("recipe"):
         print(f"recipe:  {json.dumps(meta['recipe'], sort_keys=True)}")
     if meta.get("accuracy") is not None:
@@ -318,7 +332,8 @@ def _finetune(model: str, recipe, train, test, args: argparse.Namespace):
     from .passes import optimize
     graph = load_model(model, _parse_input_shapes(args.input_shape))
     optimize(graph)
-    options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "beta": args.beta}.items() if v is not None}
+    options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "beta": args.beta,
+                                 "prune_ramp": args.prune_ramp}.items() if v is not None}
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     return finetune_graph(graph, recipe, train, test=test, log=log, **options)
 
@@ -398,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: the fine-tuner's)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tuner's)")
     p.add_argument("--beta", type=float, default=None, help="CPT pull toward the centroids per step (0, 1]")
+    p.add_argument("--prune-ramp", type=float, default=None, metavar="F",
+                   help="gradual pruning over this fraction of the retraining epochs (0: one-shot masks)")
     p.set_defaults(func=cmd_finetune)
 
     p = sub.add_parser("quickstart", parents=[common], help="the embedded default model end to end")

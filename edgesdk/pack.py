@@ -67,7 +67,7 @@ def pack_model(source: str | os.PathLike, output: str | os.PathLike, recipe: Rec
     metadata = {"source_sha256": sha256_file(source), "recipe": recipe.to_json(),
                 "layers": [r.summary() for r in reports]}
     # The recipe and per-layer stats travel once, as package metadata; the graph keeps the rest.
-    graph.metadata["compression"] = {"source_name": Path(source).name, "baseline_accuracy": baseline}
+    graph.metadata["compression"] = {"baseline_accuracy": baseline}
     if accuracy is not None:
         metadata.update(accuracy=accuracy, accuracy_dataset=data.name)
     save_package(graph, output, metadata=metadata,

@@ -112,9 +112,12 @@ def test_encoding_parts_round_trip_and_corruption_is_typed():
         again = encoding_from_parts(kind, shape, params, arrays)
         np.testing.assert_array_equal(again.decode(), enc.decode())
     kind, shape, params, arrays = encode_sparse(w, prune_mask(w, 0.5)).parts()
-    arrays["row_ptr"] = arrays["row_ptr"][::-1].copy()
-    with pytest.raises(EncodingError, match="row_ptr"):
-        encoding_from_parts(kind, shape, params, arrays).decode()
+    short = dict(arrays, row_lengths=arrays["row_lengths"][:1].copy())
+    with pytest.raises(EncodingError, match="row lengths too short"):
+        encoding_from_parts(kind, shape, params, short).decode()
+    long = dict(arrays, row_lengths=np.full_like(arrays["row_lengths"], 255))  # more entries than stored
+    with pytest.raises(EncodingError, match="delta stream too short"):
+        encoding_from_parts(kind, shape, params, long).decode()
     with pytest.raises(EncodingError, match="unknown tensor encoding"):
         encoding_from_parts("zip", shape, {}, {})
 

@@ -205,14 +205,16 @@ def test_codebook_setup_keeps_masks_zero_entry_and_frozen_indices(default_graph,
 def test_codebook_finetuning_reaches_30x_with_under_1pp_loss(default_graph, digits, baseline):
     train, test = digits
     recipe = Recipe.from_dict(SMALL_RECIPE)
-    tuned = finetune_graph(default_graph, recipe, train, log=None)
-    # masks kept: pruned weights exactly zero where the original magnitudes were smallest
+    tuned = finetune_graph(default_graph, recipe, train, log=None, prune_ramp=0.0)
+    # one-shot masks kept: pruned weights exactly zero where the original magnitudes were smallest,
+    # and compress's magnitude rule finds exactly those zeros again (so compressing adds no error)
     for node, name in compressible_layers(tuned):
         settings = recipe.settings_for(node.name, name)
         original = default_graph.const(name)
         w = tuned.const(name)
         if settings.prune:
             np.testing.assert_array_equal(w != 0, prune_mask(original, settings.prune))
+            np.testing.assert_array_equal(prune_mask(w, settings.prune), w != 0)
             assert len(np.unique(w[w != 0])) <= 2 ** settings.cluster_bits - 1
         else:
             assert len(np.unique(w)) <= 2 ** settings.cluster_bits
@@ -292,3 +294,30 @@ def test_nnm_cpt_table_all_rates_and_modes(default_graph, digits, baseline):
         assert row["cpt"] > row["no_cpt"]
         if row["rate"] <= 0.5:
             assert row["loss_cpt_pp"] <= 1.0
+
+
+def test_gradual_pruning_only_grows_masks_and_ends_at_the_recipe_sparsity(default_graph):
+    recipe = Recipe.from_dict({"default": {"cluster_bits": 3}, "layers": [{"match": "/9/Gemm", "prune": 0.9},
+                                                                          {"match": "/4/Conv", "prune": 0.5}]})
+    setup = FinetuneSetup(default_graph, recipe, cluster_now=False)
+    pruned = [r for r in setup.roles if r.keep is not None]
+    assert [r.node for r in pruned] == ["/4/Conv", "/9/Gemm"]
+    setup.prune_fraction(0.0, restart=True)
+    assert all(r.keep.all() for r in pruned)  # restart forgets the one-shot masks
+    rng = np.random.default_rng(0)
+    before = {r.weight: r.keep.copy() for r in pruned}
+    for fraction in (0.3, 0.7, 1.0):
+        with torch.no_grad():  # weights move between steps, as training moves them
+            for r in pruned:
+                source = setup.module.source(r.weight)
+                source.weight.add_(torch.from_numpy(rng.normal(0, 0.05, source.weight.shape).astype(np.float32)))
+        setup.prune_fraction(fraction)
+        for r in pruned:
+            assert not (r.keep & ~before[r.weight]).any()  # once pruned, pruned for good
+            assert np.array_equal(setup.module.source(r.weight).keep.numpy() > 0, r.keep)
+            expected = int(round(r.settings.prune * fraction * r.keep.size))
+            assert (~r.keep).sum() == expected
+            before[r.weight] = r.keep.copy()
+    setup.start_codebooks()
+    with pytest.raises(edgesdk.errors.EdgeSDKError, match="fixed once the codebooks are clustered"):
+        setup.prune_fraction(1.0)

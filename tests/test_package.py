@@ -23,7 +23,8 @@ from edgesdk.package import load_package, read_package_info, save_package, sha25
 from edgesdk.package import reader as package_reader
 from edgesdk.package import writer as package_writer
 from edgesdk.package.fb.Model import Model
-from edgesdk.package.layout import ALIGN, FORMAT_VERSION, HEADER_SIZE, Header, file_checksum, inflate_graph_section
+from edgesdk.package.layout import (ALIGN, ARRAY_ALIGN, CHECKSUM_OFFSET, FORMAT_VERSION, HEADER_SIZE, SMALL_ARRAY, Header,
+                                    file_checksum, inflate_graph_section)
 from edgesdk.passes import optimize
 from edgesdk.runtime.activations import Activation
 
@@ -157,17 +158,17 @@ def test_every_attribute_and_encoding_round_trips_exactly(everything, tmp_path):
 
 def test_encodings_are_stored_not_decoded(everything, tmp_path):
     path = tmp_path / "everything.edgepkg"
-    save_package(everything, path)
+    info = save_package(everything, path)
     loaded = load_package(path)
     encoded = [t for t in loaded.tensors.values() if t.encoding is not None]
     assert {t.encoding.kind for t in encoded} == {"fp16", "clustered", "sparse_csr", "nnm"}
     assert all(t._data is None for t in encoded)  # nothing decoded until a tensor is used
-    data = path.read_bytes()
-    header = Header.unpack(data)
-    model = Model.GetRootAs(_graph_section(data, header), 0)
-    stored = sum(model.Blobs(i).Size() for i in range(model.BlobsLength()))
     constants = [t for t in everything.tensors.values() if t.is_constant]
+    stored = sum(t["stored_bytes"] for t in read_package_info(path)["tensors"])
     assert stored == sum(t.stored_nbytes for t in constants) < sum(t.nbytes for t in constants)
+    # the blob area is the arrays plus alignment padding, nothing else
+    arrays = _stored_arrays(everything)
+    assert stored <= info.blob_area_size < stored + ALIGN * info.blobs + ARRAY_ALIGN * len(arrays)
 
 
 def test_loaded_constants_are_aligned_views_of_the_mapping(everything, tmp_path):
@@ -178,10 +179,11 @@ def test_loaded_constants_are_aligned_views_of_the_mapping(everything, tmp_path)
     assert len(mappings) == 1 and None not in {_mapping(a) for a in arrays}  # no copy: all in one mmap
     mapped = _mapping(arrays[0])
     start = np.frombuffer(mapped, np.uint8).ctypes.data
+    assert any(a.nbytes < SMALL_ARRAY for a in arrays) and any(a.nbytes >= SMALL_ARRAY for a in arrays)
     for a in arrays:
         assert not a.flags.writeable
         assert np.shares_memory(a, np.frombuffer(mapped, np.uint8))
-        assert (a.ctypes.data - start) % ALIGN == 0
+        assert (a.ctypes.data - start) % (ALIGN if a.nbytes >= SMALL_ARRAY else ARRAY_ALIGN) == 0
 
 
 def test_blob_offsets_in_the_file_are_64_byte_aligned(everything, tmp_path):
@@ -191,12 +193,31 @@ def test_blob_offsets_in_the_file_are_64_byte_aligned(everything, tmp_path):
     header = Header.unpack(data)
     model = Model.GetRootAs(_graph_section(data, header), 0)
     blobs = [model.Blobs(i) for i in range(model.BlobsLength())]
-    assert info.blobs == len(blobs) - 1 == len(_stored_arrays(everything))  # plus the sentinel
+    large = [a for a in _stored_arrays(everything) if a.nbytes >= SMALL_ARRAY]
+    # one blob per large array, the small ones share one (plus the sentinel)
+    assert info.blobs == len(blobs) - 1 == len(large) + 1
     assert header.blob_offset % ALIGN == 0 and (blobs[0].Offset(), blobs[0].Size()) == (0, 0)
     for blob in blobs[1:]:
         assert (header.blob_offset + blob.Offset()) % ALIGN == 0
         assert blob.Offset() + blob.Size() <= header.blob_size
     assert header.file_size == len(data) == info.file_size
+
+
+def test_small_arrays_share_blobs_up_to_a_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(package_writer, "SMALL_BLOB_LIMIT", 40)
+    g = Graph("small")
+    g.add_input("x", (1, 4))
+    for i in range(6):  # 6 x 16 bytes: three shared blobs of two arrays under a 40-byte limit
+        g.add_constant(f"c{i}", np.full((1, 4), i, np.float32))
+    for i in range(6):
+        g.add_node("Add", [f"y{i - 1}" if i else "x", f"c{i}"], [f"y{i}"])
+    g.outputs = ["y5"]
+    path = tmp_path / "small.edgepkg"
+    info = save_package(load_model(g), path)
+    assert info.blobs == 3 and info.blob_area_size == 64 + 64 + 32
+    loaded = load_package(path)
+    for i in range(6):
+        assert np.array_equal(loaded.tensors[f"c{i}"].data, np.full((1, 4), i, np.float32))
 
 
 def test_default_model_round_trips_and_session_opens_packages(tmp_path):
@@ -219,10 +240,11 @@ def test_mobilenet_v2_round_trips(tmp_path):
     _assert_identical_outputs(_run(graph), _run(path))
 
 
-def test_a_loaded_package_packs_again(everything, tmp_path):
+def test_a_loaded_package_packs_again_to_the_same_bytes(everything, tmp_path):
     first, second = tmp_path / "a.edgepkg", tmp_path / "b.edgepkg"
     save_package(everything, first)
     save_package(load_package(first), second)
+    assert first.read_bytes() == second.read_bytes()  # deterministic: no timestamps, stable layout
     again = load_package(second)
     assert again.metadata["package"]["path"] == str(second) and "package" not in again.metadata["package"]
     _assert_identical_outputs(_run(everything), _run(again))
@@ -241,7 +263,7 @@ def test_metadata_round_trips(everything, tmp_path):
     meta = load_package(path).metadata
     package = meta.pop("package")
     assert meta == {**graph.metadata, "compression": {"recipe": recipe, "layers": [{**layers[0], "error_rms": 0.5}]}}
-    assert package["producer"] == f"edgesdk {edgesdk.__version__}" and package["created"].endswith("+00:00")
+    assert package["producer"] == f"edgesdk {edgesdk.__version__}" and "created" not in package
     assert (package["source_sha256"], package["accuracy"], package["accuracy_dataset"]) == ("ab" * 32, 0.975, "digits")
     assert package["recipe"] == recipe and package["layers"][0]["name"] == "conv.fp16"
     assert (package["format_version"], package["file_size"], package["checksum"]) == (FORMAT_VERSION, info.file_size,
@@ -279,10 +301,10 @@ def test_read_package_info_lists_storage_without_building_arrays(everything, tmp
             assert tensors[name]["stored_bytes"] == t.stored_nbytes and tensors[name]["dense_bytes"] == t.nbytes
 
 
-def test_progress_reports_every_blob(everything, tmp_path):
+def test_progress_reports_every_array(everything, tmp_path):
     calls = []
     info = save_package(everything, tmp_path / "m.edgepkg", progress=lambda done, total: calls.append((done, total)))
-    assert len(calls) == info.blobs + 1  # the flatbuffer, then each blob
+    assert len(calls) == len(_stored_arrays(everything)) + 1  # the flatbuffer, then each array
     assert [d for d, _ in calls] == sorted(d for d, _ in calls) and calls[-1] == (info.file_size, info.file_size)
 
 
@@ -362,14 +384,14 @@ def test_graph_section_is_deflated_and_a_bad_inflated_size_is_refused(digits_pac
     assert 0 < header.fb_size < header.fb_inflated_size
     data = bytearray(digits_package)
     for size in (header.fb_inflated_size + 1, 10 ** 12):  # wrong, and a would-be decompression bomb
-        data[56:64] = size.to_bytes(8, "little")
+        data[40:48] = size.to_bytes(8, "little")
         assert "does not inflate" in _error(_write(tmp_path / "m.edgepkg", data, fix_checksum=True))
 
 
 def _write(path: Path, data: bytes, fix_checksum: bool = False) -> Path:
     if fix_checksum:
         data = bytearray(data)
-        data[64:96] = file_checksum(memoryview(bytes(data)))
+        data[CHECKSUM_OFFSET:CHECKSUM_OFFSET + 16] = file_checksum(memoryview(bytes(data)))
     path.write_bytes(bytes(data))
     return path
 
@@ -384,7 +406,8 @@ def test_wrong_identifier(digits_package, raw_digits_package, tmp_path):
     assert _error(_write(tmp_path / "a.edgepkg", b"PK\x03\x04" + digits_package[4:])) == \
         f"{tmp_path / 'a.edgepkg'}: not an edgesdk package (no EDGEPKG header)"
     data = bytearray(raw_digits_package)
-    data[HEADER_SIZE + 4:HEADER_SIZE + 8] = b"TFL3"
+    fb_offset = Header.unpack(data).fb_offset
+    data[fb_offset + 4:fb_offset + 8] = b"TFL3"
     assert _error(_write(tmp_path / "b.edgepkg", data, fix_checksum=True)) == \
         f"{tmp_path / 'b.edgepkg'}: not an edgesdk package (flatbuffer identifier b'TFL3', expected b'EPKG')"
 
@@ -399,7 +422,7 @@ def test_wrong_version(digits_package, tmp_path):
 
 def test_checksum_mismatch(digits_package, tmp_path):
     data = bytearray(digits_package)
-    data[-1] ^= 1
+    data[Header.unpack(data).blob_offset + 10] ^= 1
     assert _error(_write(tmp_path / "m.edgepkg", data)) == \
         f"{tmp_path / 'm.edgepkg'}: checksum mismatch: the package is corrupt; copy or pack it again"
     load_package(tmp_path / "m.edgepkg", verify=False)  # a blob byte: structure is still sound
@@ -409,8 +432,8 @@ def test_truncated(digits_package, tmp_path):
     assert _error(_write(tmp_path / "a.edgepkg", digits_package[:-10])) == (
         f"{tmp_path / 'a.edgepkg'}: truncated package: {len(digits_package) - 10} bytes, the header says "
         f"{len(digits_package)}")
-    assert _error(_write(tmp_path / "b.edgepkg", digits_package[:100])) == \
-        f"{tmp_path / 'b.edgepkg'}: truncated package: 100 bytes, less than the 128-byte header"
+    assert _error(_write(tmp_path / "b.edgepkg", digits_package[:50])) == \
+        f"{tmp_path / 'b.edgepkg'}: truncated package: 50 bytes, less than the 64-byte header"
     assert _error(_write(tmp_path / "c.edgepkg", b"")) == \
         f"{tmp_path / 'c.edgepkg'}: not an edgesdk package (no EDGEPKG header)"
 
@@ -431,6 +454,11 @@ def test_blob_out_of_bounds(raw_digits_package, tmp_path):
     assert _error(_write(tmp_path / "m.edgepkg", data, fix_checksum=True)) == (
         f"{tmp_path / 'm.edgepkg'}: corrupt package: blob 1 ({header.blob_size + 64} bytes at 0) lies outside "
         f"the {header.blob_size}-byte blob area")
+    fb[position - 8:position] = (32).to_bytes(8, "little")  # its offset, then: inside but unaligned
+    fb[position:position + 8] = (8).to_bytes(8, "little")
+    data = digits_package[:header.fb_offset] + bytes(fb) + digits_package[header.fb_offset + header.fb_size:]
+    assert _error(_write(tmp_path / "m.edgepkg", data, fix_checksum=True)) == (
+        f"{tmp_path / 'm.edgepkg'}: corrupt package: blob 1 at offset 32 is not 64-byte aligned")
 
 
 def _check_damaged(path: Path, data: bytes) -> None:

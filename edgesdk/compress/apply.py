@@ -39,10 +39,9 @@ class LayerReport:
         return {**asdict(self), "ratio": self.ratio}
 
     def summary(self) -> dict:
-        """The compact record a package stores per layer."""
-        return {"name": self.name, "encoding": self.encoding, "params": self.params,
-                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
-                "error_rms": float(f"{self.error_rms:.4g}")}
+        """The record a package stores per layer: what its graph cannot tell (the encoding and
+        the stored and dense sizes it can, from the tensors themselves)."""
+        return {"name": self.name, "error_rms": float(f"{self.error_rms:.4g}")}
 
 
 def compressible_layers(graph: Graph) -> list[tuple[Node, str]]:

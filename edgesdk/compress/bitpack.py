@@ -1,4 +1,4 @@
-"""Dense bit packing of small unsigned integers (1-16 bits each), little-endian bit order:
+"""Dense bit packing of unsigned integers (1-32 bits each), little-endian bit order:
 value i occupies bits [i*b, (i+1)*b) of the byte stream, least significant bit first."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ def packed_nbytes(count: int, bits: int) -> int:
 
 def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
     values = np.asarray(values).reshape(-1)
-    if not 1 <= bits <= 16:
-        raise ValueError(f"bits must be 1..16, got {bits}")
+    if not 1 <= bits <= 32:
+        raise ValueError(f"bits must be 1..32, got {bits}")
     if values.size and (values.min() < 0 or values.max() >= 1 << bits):
         raise ValueError(f"values do not fit in {bits} bits")
-    planes = (values.astype(np.uint32)[:, None] >> np.arange(bits, dtype=np.uint32)) & 1
+    planes = (values.astype(np.uint64)[:, None] >> np.arange(bits, dtype=np.uint64)) & 1
     return np.packbits(planes.astype(np.uint8).reshape(-1), bitorder="little")
 
 
@@ -23,5 +23,6 @@ def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
     if packed.size < packed_nbytes(count, bits):
         raise ValueError(f"{packed.size} bytes cannot hold {count} values of {bits} bits")
     flat = np.unpackbits(np.asarray(packed, dtype=np.uint8), count=count * bits, bitorder="little")
-    weights = (1 << np.arange(bits, dtype=np.uint32))
-    return (flat.reshape(count, bits).astype(np.uint32) @ weights).astype(np.uint16 if bits > 8 else np.uint8)
+    weights = (1 << np.arange(bits, dtype=np.uint64))
+    out = np.uint8 if bits <= 8 else np.uint16 if bits <= 16 else np.uint32
+    return (flat.reshape(count, bits).astype(np.uint64) @ weights).astype(out)

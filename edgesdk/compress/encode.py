@@ -87,7 +87,10 @@ def encode_sparse(w: np.ndarray, keep: np.ndarray, *, bits: int | None = None, p
     row_ptr, deltas, entries, filler_at = _csr_layout(rows, cols, m.shape[0], delta_bits)
     values = np.zeros(entries, dtype=entry_values.dtype)
     values[~filler_at] = entry_values
-    common = dict(row_ptr=row_ptr, deltas=pack_bits(deltas, delta_bits), delta_bits=delta_bits, nnz=len(rows))
+    lengths = np.diff(row_ptr)
+    length_bits = max(1, int(lengths.max(initial=0)).bit_length())
+    common = dict(row_lengths=pack_bits(lengths, length_bits), length_bits=length_bits,
+                  deltas=pack_bits(deltas, delta_bits), delta_bits=delta_bits, nnz=len(rows))
     if bits is None:
         return SparseCSR(tuple(w.shape), values=_store(values, fp16), **common)
     return SparseCSR(tuple(w.shape), codebook=_store(book, fp16), indices=pack_bits(values, bits),
@@ -114,7 +117,7 @@ def _csr_layout(rows: np.ndarray, cols: np.ndarray, n_rows: int, k: int):
     filler_at = np.ones(total, dtype=bool)
     filler_at[real_pos] = False
     per_row = np.bincount(rows, weights=1 + fillers, minlength=n_rows).astype(np.int64)
-    row_ptr = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32)
+    row_ptr = np.concatenate([[0], np.cumsum(per_row)])
     return row_ptr, deltas, total, filler_at
 
 

@@ -9,6 +9,7 @@ backend that runs an encoding directly must produce the same numbers as the deco
 from __future__ import annotations
 
 import abc
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -123,10 +124,13 @@ class SparseCSR(Encoding):
     Each row's entries store the column *difference* to the previous entry of the row (the first
     one: its absolute column), at ``delta_bits`` bits, so columns are a prefix sum. A gap too
     large for the field is bridged by filler entries: delta 2^k - 1 and value exactly zero.
-    ``row_ptr`` gives each row's first entry (fillers included). Values are either raw
-    (``values`` fp32/fp16) or b-bit codebook indices (``indices``) whose codebook entry 0 is 0.0.
+    Values are either raw (``values`` fp32/fp16) or b-bit codebook indices (``indices``) whose
+    codebook entry 0 is 0.0. Each row's entry count (fillers included) is stored bit-packed at
+    ``length_bits``; ``row_ptr``, each row's first entry, is their prefix sum, computed once when
+    a runtime asks (4 bytes a row were a quarter of a small pruned layer).
     """
-    row_ptr: np.ndarray  # int32 (rows + 1,)
+    row_lengths: np.ndarray  # uint8, packed at length_bits: entries of each row
+    length_bits: int
     deltas: np.ndarray  # uint8 packed at delta_bits
     delta_bits: int
     values: np.ndarray | None = None  # (entries,) float32 / float16
@@ -136,18 +140,27 @@ class SparseCSR(Encoding):
     nnz: int = 0  # real non-zeros (entries minus fillers)
     kind: ClassVar[str] = "sparse_csr"
 
+    @functools.cached_property
+    def row_ptr(self) -> np.ndarray:
+        """(rows + 1,) int64: row i's entries are [row_ptr[i], row_ptr[i + 1])."""
+        _check(1 <= self.length_bits <= 32, f"row length width {self.length_bits} is not 1..32 bits")
+        _check(self.row_lengths.size >= packed_nbytes(self.rows, self.length_bits), "row lengths too short")
+        lengths = unpack_bits(self.row_lengths, self.length_bits, self.rows).astype(np.int64)
+        return np.concatenate([[0], np.cumsum(lengths)])
+
     @property
     def entries(self) -> int:
         return int(self.row_ptr[-1])
 
     def decode(self) -> np.ndarray:
-        rows, cols, e = self.rows, self.cols, self.entries
-        _check(self.row_ptr.shape == (rows + 1,) and self.row_ptr[0] == 0 and
-               bool(np.all(np.diff(self.row_ptr) >= 0)), "row_ptr is not a valid offset table")
+        rows, cols, row_ptr = self.rows, self.cols, self.row_ptr
+        e = int(row_ptr[-1])
+        _check(1 <= self.delta_bits <= 16 and self.deltas.size >= packed_nbytes(e, self.delta_bits),
+               "delta stream too short")
         deltas = unpack_bits(self.deltas, self.delta_bits, e).astype(np.int64)
-        entry_row = np.repeat(np.arange(rows), np.diff(self.row_ptr))
+        entry_row = np.repeat(np.arange(rows), np.diff(row_ptr))
         running = np.concatenate([[0], np.cumsum(deltas)])
-        col = running[1:] - running[self.row_ptr[:-1]][entry_row]
+        col = running[1:] - running[row_ptr[:-1]][entry_row]
         _check(e == 0 or (col.min() >= 0 and col.max() < cols), "column index out of range")
         dense = np.zeros((rows, cols), dtype=np.float32)
         dense[entry_row, col] = self._entry_values(entry_row)
@@ -163,7 +176,7 @@ class SparseCSR(Encoding):
         return book[group, idx]
 
     def arrays(self) -> dict[str, np.ndarray]:
-        out = {"row_ptr": self.row_ptr, "deltas": self.deltas}
+        out = {"row_lengths": self.row_lengths, "deltas": self.deltas}
         if self.codebook is None:
             out["values"] = self.values
         else:
@@ -171,7 +184,8 @@ class SparseCSR(Encoding):
         return out
 
     def params(self) -> Params:
-        return {"delta_bits": self.delta_bits, "value_bits": self.value_bits, "nnz": self.nnz}
+        return {"length_bits": self.length_bits, "delta_bits": self.delta_bits, "value_bits": self.value_bits,
+                "nnz": self.nnz}
 
     def describe(self) -> str:
         sparsity = 1 - self.nnz / max(1, self.rows * self.cols)

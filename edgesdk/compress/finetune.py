@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - exercised only without the train extra
 from ..datasets import Dataset
 from ..graph import Graph, Node
 from .apply import _effective, _global_threshold, _weights_out_in, compress, compressible_layers
-from .encode import _codebooks, matrix_view, prune_mask
+from .encode import _codebooks, magnitude_threshold, matrix_view, prune_mask
 from .kmeans import kmeans_vectors
 from .recipe import LayerSettings, Recipe
 from .torch_bridge import GraphModule, module_to_graph, write_back
@@ -69,6 +69,7 @@ DEFAULT_TEMPERATURE = 2.0
 DEFAULT_CODEBOOK_LR_FACTOR = 1 / 3  # codebook phase learning rate = lr x this
 DEFAULT_N_INIT = 10  # k-means++ restarts for CPT's first clustering (the outcome depends on it)
 DEFAULT_CLUSTER_AFTER = 0.5  # clustered layers: half the epochs masked retraining, half codebooks
+DEFAULT_PRUNE_RAMP = 0.5  # gradual pruning over the first half of the retraining epochs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,6 +373,7 @@ class FinetuneSetup:
         self.recipe, self.seed, self._graph = recipe, seed, graph
         plan = [(node, name, _effective(recipe, node, name, graph)) for node, name in layers]
         threshold = _global_threshold(graph, plan, recipe.global_prune)
+        self._global_prune = recipe.global_prune if threshold is not None else None
         self.module = CompressibleGraphModule(graph)
         self.roles: list[LayerRole] = []
         self.nnm_layers: list[CPTLayer] = []
@@ -401,6 +403,33 @@ class FinetuneSetup:
     @property
     def has_codebooks(self) -> bool:
         return any(r.role == "codebook" for r in self.roles)
+
+    @property
+    def prunes(self) -> bool:
+        return any(r.keep is not None for r in self.roles)
+
+    @torch.no_grad()
+    def prune_fraction(self, fraction: float, *, restart: bool = False) -> None:
+        """Gradual pruning: recompute every pruned layer's mask at ``fraction`` of its final sparsity
+        from the current weights (same magnitude rule as ``compress``). Weights pruned before stay
+        pruned, so masks only grow; ``restart`` first forgets the one-shot masks of the starting
+        weights. Only before :meth:`start_codebooks`: k-means must see the final mask."""
+        if self.clustered:
+            raise EdgeSDKError("pruning masks are fixed once the codebooks are clustered")
+        pruned = [r for r in self.roles if r.keep is not None]
+        current = {}
+        for r in pruned:
+            source = self.module.source(r.weight)
+            keep = 1.0 if restart else source.keep
+            current[r.weight] = (source.weight * keep).detach().cpu().numpy()
+        threshold = None
+        if self._global_prune is not None:
+            pool = np.concatenate([np.abs(w).reshape(-1) for w in current.values()])
+            threshold = magnitude_threshold(pool, self._global_prune * fraction)
+        for r in pruned:
+            keep = prune_mask(current[r.weight], r.settings.prune * fraction, threshold)
+            r.keep = keep
+            self.module.source(r.weight).keep.copy_(torch.from_numpy(keep.astype(np.float32)))
 
     @torch.no_grad()
     def start_codebooks(self) -> None:
@@ -536,9 +565,11 @@ def module_accuracy(module: nn.Module, data: Dataset, batch_size: int = 512) -> 
 
 def train(module: nn.Module, optimizer, batches: Batches, loss_fn, *, epochs: int,
           test: Dataset | None = None, log: Log | None = print, lr_schedule: str = "cosine",
-          epoch_offset: int = 0, total_epochs: int | None = None, tag: str = "") -> list[dict]:
+          epoch_offset: int = 0, total_epochs: int | None = None, tag: str = "",
+          on_epoch: Callable[[int], None] | None = None) -> list[dict]:
     """Plain supervised loop (cosine learning-rate decay over ``epochs``); one line per epoch to
-    ``log``. Returns the per-epoch history."""
+    ``log``; ``on_epoch(epoch)`` runs before each epoch (1-based, offset included). Returns the
+    per-epoch history."""
     inner = optimizer.optimizer if isinstance(optimizer, CPTOptimizer) else optimizer
     base_lrs = [g["lr"] for g in inner.param_groups]
     total_epochs = total_epochs or epochs
@@ -546,6 +577,8 @@ def train(module: nn.Module, optimizer, batches: Batches, loss_fn, *, epochs: in
     t0 = time.perf_counter()
     step, steps_total = 0, None
     for epoch in range(1, epochs + 1):
+        if on_epoch is not None:
+            on_epoch(epoch_offset + epoch)
         module.train()
         total = correct = 0
         loss_sum = 0.0
@@ -616,6 +649,10 @@ class FinetuneConfig:
     codebook_lr: float | None = None  # learning rate of the codebook phase (default: lr / 3)
     distill: float = DEFAULT_DISTILL  # weight of knowledge distillation from the starting graph (0: off)
     temperature: float = DEFAULT_TEMPERATURE  # distillation temperature
+    # gradual pruning (Zhu & Gupta): sparsity ramps up as s (1 - (1 - t/T)^3) over this fraction of
+    # the free-retraining epochs, masks recomputed from the current weights each epoch (a weight
+    # once pruned stays pruned); 0: the one-shot mask of the starting weights
+    prune_ramp: float = DEFAULT_PRUNE_RAMP
 
 
 def _fit(setup: FinetuneSetup, batches: Batches, steps_per_epoch: int, cfg: FinetuneConfig,
@@ -632,10 +669,17 @@ def _fit(setup: FinetuneSetup, batches: Batches, steps_per_epoch: int, cfg: Fine
                   recluster_every=cfg.recluster_every, kmeans_iters=cfg.kmeans_iters,
                   warmup_steps=int(cfg.beta_warmup * cfg.epochs * steps_per_epoch), n_init=cfg.n_init)
     history = []
+    # prune gradually while weights are free, finished before k-means fixes the indices
+    ramp = int(round(cfg.prune_ramp * (first if setup.has_codebooks else cfg.epochs))) if setup.prunes else 0
+
+    def prune_step(epoch: int) -> None:
+        if epoch <= ramp:
+            setup.prune_fraction(1 - (1 - epoch / ramp) ** 3, restart=epoch == 1)
+    on_epoch = prune_step if ramp > 0 else None
     if first > 0:  # retrain the pruned network with free weights, then cluster (Han et al.)
         opt = setup.optimizer(cfg.lr, **opt_kw)
         history += train(setup.module, opt, batches, loss_fn, epochs=first, test=test, log=log,
-                         total_epochs=cfg.epochs, tag="retrain")
+                         total_epochs=cfg.epochs, tag="retrain", on_epoch=on_epoch)
     setup.start_codebooks()
     rest = cfg.epochs - first
     if rest > 0:
@@ -644,7 +688,8 @@ def _fit(setup: FinetuneSetup, batches: Batches, steps_per_epoch: int, cfg: Fine
             lr = cfg.codebook_lr if cfg.codebook_lr is not None else cfg.lr * DEFAULT_CODEBOOK_LR_FACTOR
         opt = setup.optimizer(lr, **opt_kw)
         history += train(setup.module, opt, batches, loss_fn, epochs=rest, test=test, log=log, epoch_offset=first,
-                         total_epochs=cfg.epochs, tag="codebooks" if setup.has_codebooks else "")
+                         total_epochs=cfg.epochs, tag="codebooks" if setup.has_codebooks else "",
+                         on_epoch=None if setup.has_codebooks else on_epoch)
     setup.finalize()
     if log is not None and test is not None:
         log(f"finalized (weights exactly on codebooks / centroids / masks): test acc "

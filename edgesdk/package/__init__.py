@@ -8,12 +8,13 @@ accuracy, creation time, ``graph.metadata``). The schema is ``edgepkg.fbs``; the
 
 File layout (little-endian; byte by byte at the top of ``edgepkg.fbs``)::
 
-    [0, 128)             header: magic "EDGEPKG\\0", format version, file size, offsets and
-                         sizes of the flatbuffer and the blob area, xxh3-128 of the whole file
-                         but its own 32 bytes
-    [128, 128 + fb)      flatbuffer: root Model, file_identifier "EPKG"
-    [blob area, end)     after zero padding: the arrays, each at a file offset that is a
-                         multiple of 64, raw little-endian C order
+    [0, 64)              header: magic "EDGEPKG\\0", format version, file size, sizes of the
+                         blob area and the graph section, xxh3-128 of the whole file but its own
+                         16 bytes
+    [64, 64 + blobs)     blob area: arrays at file offsets that are multiples of 64 (arrays under
+                         256 bytes share blobs, 8-byte aligned), raw little-endian C order
+    [.., end)            graph section: the flatbuffer (root Model, file_identifier "EPKG"),
+                         zlib-deflated with a preset dictionary when that is smaller
 
 Arrays live outside the flatbuffer so that :func:`load_package` can map the file and hand out
 ``np.frombuffer`` views of it: opening a package copies nothing until a tensor is used, and a

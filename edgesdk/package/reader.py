@@ -12,10 +12,10 @@ import math
 import mmap
 import os
 from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
-from flatbuffers.table import Table
 
 from .. import __version__
 from ..compress.encodings import Encoding, encoding_from_parts
@@ -23,19 +23,9 @@ from ..errors import EdgeSDKError, PackageError
 from ..graph import Graph, Node, Tensor
 from ..runtime.activations import Activation
 from ..runtime.shapes import infer_shapes
-from .fb.ActivationValue import ActivationValue
-from .fb.AttributeValue import AttributeValue
-from .fb.BoolValue import BoolValue
-from .fb.FloatList import FloatList
-from .fb.FloatValue import FloatValue
-from .fb.IntList import IntList
-from .fb.IntValue import IntValue
 from .fb.Model import Model
-from .fb.ScalarValue import ScalarValue
-from .fb.Sequence import Sequence
-from .fb.StringList import StringList
-from .fb.StringValue import StringValue
-from .layout import (ALIGN, FILE_IDENTIFIER, FORMAT_VERSION, HEADER_SIZE, MAGIC, Header,
+from .fb.ValueKind import ValueKind
+from .layout import (ALIGN, ARRAY_ALIGN, FILE_IDENTIFIER, FORMAT_VERSION, HEADER_SIZE, MAGIC, Header,
                      dtype_from_code, file_checksum, inflate_graph_section)
 
 _MAX_DIM = 1 << 40  # no real tensor has a larger dimension; a corrupt one must not overflow math
@@ -102,11 +92,9 @@ def _check_header(path: Path, h: Header, size: int) -> None:
         raise PackageError(f"{path}: truncated package: {size} bytes, the header says {h.file_size}")
     if h.file_size < size:
         raise _Corrupt(f"{size} bytes, the header says {h.file_size}")
-    fb_end = h.fb_offset + h.fb_size
-    if (h.header_size != HEADER_SIZE or h.fb_offset != HEADER_SIZE or any(h.reserved_tail)
-            or h.fb_size < 8 or h.blob_offset % ALIGN or not fb_end <= h.blob_offset
-            or h.blob_offset + h.blob_size != h.file_size):
-        raise _Corrupt("inconsistent header (region offsets and sizes)")
+    if (h.header_size != HEADER_SIZE or h.fb_size < 8
+            or h.header_size + h.blob_size + h.fb_size != h.file_size):
+        raise _Corrupt("inconsistent header (region sizes)")
 
 
 class _Package:
@@ -134,108 +122,117 @@ class _Package:
         self.meta, self.g = self.model.Metadata(), self.model.Graph()
         if self.meta is None or self.g is None:
             raise _Corrupt("no graph or no metadata")
-        self.blobs = [self._blob(i) for i in range(self.r.count(self.model.BlobsLength(), 16))]
+        self.blobs = self._blob_table()
         if not self.blobs or self.blobs[0][1]:
             raise _Corrupt("blob 0 must be the empty sentinel")
+        self.columns = _Columns(self.g, self.r)
 
-    def _blob(self, i: int) -> tuple[int, int]:
-        """(file offset, size) of blob ``i``, checked against the blob area and the alignment."""
-        blob = self.model.Blobs(i)
-        offset, size, area = blob.Offset(), blob.Size(), self.header.blob_size
-        if offset % ALIGN:
-            raise _Corrupt(f"blob {i} at offset {offset} is not {ALIGN}-byte aligned")
-        if offset + size > area:
-            raise _Corrupt(f"blob {i} ({size} bytes at {offset}) lies outside the {area}-byte blob area")
-        return self.header.blob_offset + offset, size
+    def _blob_table(self) -> list[tuple[int, int]]:
+        """[(file offset, size)] of every blob, checked against the blob area and the alignment.
+        Read as one numpy array: the vector of Blob structs is 16-byte records."""
+        tab = self.model._tab
+        field = tab.Offset(8)  # Model.blobs (vtable slot of the third field)
+        if not field:
+            return []
+        start, count = tab.Vector(field), tab.VectorLen(field)
+        self.r.count(count, 16)
+        table = np.frombuffer(tab.Bytes, np.dtype([("offset", "<u8"), ("size", "<u8")]), count, start)
+        offsets, sizes, area = table["offset"], table["size"], self.header.blob_size
+        outside = np.flatnonzero((offsets > area) | (sizes > area - np.minimum(offsets, area)))
+        if outside.size:
+            i = int(outside[0])
+            raise _Corrupt(f"blob {i} ({sizes[i]} bytes at {offsets[i]}) lies outside the {area}-byte blob area")
+        unaligned = np.flatnonzero(offsets % ALIGN)
+        if unaligned.size:
+            i = int(unaligned[0])
+            raise _Corrupt(f"blob {i} at offset {offsets[i]} is not {ALIGN}-byte aligned")
+        return list(zip((offsets + self.header.blob_offset).tolist(), sizes.tolist()))
 
-    def array(self, index: int, dtype: np.dtype | None, shape: tuple[int, ...], what: str) -> np.ndarray:
-        """A read-only view of blob ``index`` in the mapping, as dtype[shape]: no copy."""
-        if not 0 < index < len(self.blobs):
-            raise _Corrupt(f"{what} refers to blob {index}; the package has {len(self.blobs)}")
+    def array(self, blob: int, offset: int, dtype: np.dtype | None, shape: tuple[int, ...], what: str) -> np.ndarray:
+        """A read-only view of dtype[shape] at ``offset`` inside blob ``blob`` of the mapping: no copy."""
+        if not 0 < blob < len(self.blobs):
+            raise _Corrupt(f"{what} refers to blob {blob}; the package has {len(self.blobs)}")
         if dtype is None:
             raise _Corrupt(f"{what} has an unknown dtype")
-        offset, size = self.blobs[index]
+        start, size = self.blobs[blob]
         count = math.prod(shape)
-        if size != count * dtype.itemsize:
-            raise _Corrupt(f"{what}: blob {index} holds {size} bytes but {dtype.name}{list(shape)} "
-                           f"needs {count * dtype.itemsize}")
-        return np.frombuffer(self.mm, dtype, count, offset).reshape(shape)
+        if offset % ARRAY_ALIGN or offset + count * dtype.itemsize > size:
+            raise _Corrupt(f"{what}: {dtype.name}{list(shape)} at offset {offset} does not fit blob {blob} "
+                           f"({size} bytes) or is not {ARRAY_ALIGN}-byte aligned")
+        return np.frombuffer(self.mm, dtype, count, start + offset).reshape(shape)
 
     # -- the graph
     def graph(self) -> Graph:
-        g, r = self.g, self.r
+        g, r, c = self.g, self.r, self.columns
         graph = Graph(r.text(g.Name(), "graph name", required=False) or "graph")
-        tensors = [self._tensor(g.Tensors(i)) for i in range(r.count(g.TensorsLength(), 4))]
+        encodings = self._encodings()
+        tensors = []
+        for i, (name, shape, dtype) in enumerate(zip(c.tensor_names, c.shapes, c.dtypes)):
+            if c.blobs[i]:  # dense; an encoding naming this tensor would be ignored, so refuse it
+                if i in encodings:
+                    raise _Corrupt(f"tensor {name!r} has both dense data and an encoding")
+                data = self.array(c.blobs[i], c.offsets[i], dtype, shape, f"tensor {name!r}")
+                tensors.append(Tensor(name, shape, dtype, data))
+            elif i in encodings:
+                tensors.append(Tensor(name, shape, dtype, encoding=self._encoding(encodings[i], name, shape)))
+            else:
+                tensors.append(Tensor(name, shape, dtype))
         graph.tensors = {t.name: t for t in tensors}
         if len(graph.tensors) != len(tensors):
             raise _Corrupt("duplicate tensor names")
-        names = [t.name for t in tensors]
-        graph.inputs = _names(r.numbers(g.InputsAsNumpy()), names, "graph inputs")
-        graph.outputs = _names(r.numbers(g.OutputsAsNumpy()), names, "graph outputs")
-        attributes = [self._attribute(g.Attributes(i)) for i in range(r.count(g.AttributesLength(), 4))]
-        graph.nodes = [self._node(g.Nodes(i), names, attributes) for i in range(r.count(g.NodesLength(), 4))]
+        graph.inputs = _names(c.inputs, c.tensor_names, "graph inputs")
+        graph.outputs = _names(c.outputs, c.tensor_names, "graph outputs")
+        graph.nodes = list(self._nodes())
         graph.metadata = self._json(self.meta.GraphMetadataJson(), "graph metadata") or {}
         if not isinstance(graph.metadata, dict):
             raise _Corrupt("graph metadata is not a JSON object")
-        graph.metadata["package"] = self.metadata()
+        package = self.metadata()
+        if package["recipe"] is not None or package["layers"] is not None:
+            compression = graph.metadata.get("compression")
+            graph.metadata["compression"] = {**(compression if isinstance(compression, dict) else {}),
+                                             "recipe": package["recipe"], "layers": package["layers"]}
+        graph.metadata["package"] = package
         _check_runnable(graph)
         return graph
 
-    def _tensor(self, t: Any) -> Tensor:
-        r = self.r
-        name = r.text(t.Name(), "tensor name")
-        shape = r.shape(t.ShapeAsNumpy())
-        dtype = dtype_from_code(t.Dtype())
-        if dtype is None:
-            raise _Corrupt(f"tensor {name!r} has unknown dtype code {t.Dtype()}")
-        blob = t.Data()
-        if blob:  # dense; a dense tensor's encoding field is not read
-            return Tensor(name, shape, dtype, self.array(blob, dtype, shape, f"tensor {name!r}"))
-        encoding = t.Encoding()
-        return Tensor(name, shape, dtype, encoding=self._encoding(encoding, name) if encoding is not None else None)
+    def _nodes(self) -> Iterator[Node]:
+        c = self.columns
+        values, tensor_names = c.values(), c.tensor_names
+        io, pool = c.node_tensors, c.node_values
+        _indices(io, len(tensor_names), "node tensors", optional=True)
+        if any(not 0 <= i < len(values) for i in pool):
+            raise _Corrupt(f"a node refers to value {max(pool)}; the graph has {len(values)}")
+        at_io = at_value = 0
+        for name, op, n_in, n_out, n_attr in zip(c.node_names, c.node_ops, c.input_counts, c.output_counts,
+                                                  c.attribute_counts):
+            inputs = [tensor_names[i] if i >= 0 else "" for i in io[at_io:at_io + n_in]]
+            outputs = [tensor_names[i] if i >= 0 else "" for i in io[at_io + n_in:at_io + n_in + n_out]]
+            at_io += n_in + n_out
+            picked = pool[at_value:at_value + n_attr]
+            at_value += n_attr
+            # nodes share pooled values: lists are the one mutable kind, so each node gets its own
+            attrs = {k: list(v) if isinstance(v, list) else v for k, v in (values[i] for i in picked)}
+            if len(attrs) != n_attr:
+                raise _Corrupt(f"node {name!r} has the same attribute twice")
+            yield Node(op, name, inputs, outputs, attrs)
 
-    def _encoding(self, e: Any, tensor: str) -> Encoding:
-        r = self.r
-        kind = r.text(e.Kind(), f"tensor {tensor!r} encoding kind")
-        params = self._params(e, tensor)
-        arrays = {}
-        for i in range(r.count(e.ArraysLength(), 4)):
-            a = e.Arrays(i)
-            array = r.text(a.Name(), "array name")
-            arrays[array] = self.array(a.Blob(), dtype_from_code(a.Dtype()), r.shape(a.ShapeAsNumpy()),
-                                       f"tensor {tensor!r} array {array!r}")
+    def _encodings(self) -> dict[int, "_EncodingEntry"]:
+        """tensor index -> its encoding's kind, parameters and arrays (not yet built)."""
+        c = self.columns
+        found: dict[int, _EncodingEntry] = {}
+        for entry in c.encodings():
+            if entry.tensor in found:
+                raise _Corrupt(f"tensor {c.tensor_names[entry.tensor]!r} has two encodings")
+            found[entry.tensor] = entry
+        return found
+
+    def _encoding(self, entry: "_EncodingEntry", tensor: str, shape: tuple[int, ...]) -> Encoding:
+        arrays = {name: self.array(blob, offset, dtype, dims, f"tensor {tensor!r} array {name!r}")
+                  for name, blob, offset, dtype, dims in entry.arrays}
         try:
-            return encoding_from_parts(kind, r.shape(e.ShapeAsNumpy()), params, arrays)
+            return encoding_from_parts(entry.kind, shape, entry.params, arrays)
         except EdgeSDKError as exc:
             raise _Corrupt(f"tensor {tensor!r}: {exc}") from None
-
-    def _params(self, e: Any, tensor: str) -> dict[str, Any]:
-        params = {}
-        for i in range(self.r.count(e.ParamsLength(), 4)):
-            p = e.Params(i)
-            name = self.r.text(p.Name(), "parameter name")
-            params[name] = _value(p.ValueType(), p.Value(), self.r, _SCALAR_NAMES,
-                                  f"tensor {tensor!r} parameter {name!r}")
-        return params
-
-    def _attribute(self, a: Any) -> tuple[str, Any]:
-        name = self.r.text(a.Name(), "attribute name")
-        return name, _value(a.ValueType(), a.Value(), self.r, _ATTRIBUTE_NAMES, f"attribute {name!r}")
-
-    def _node(self, n: Any, names: list[str], attributes: list[tuple[str, Any]]) -> Node:
-        r = self.r
-        name = r.text(n.Name(), "node name")
-        where = f"node {name!r}"
-        inputs = _names(r.numbers(n.InputsAsNumpy()), names, where, optional=True)
-        outputs = _names(r.numbers(n.OutputsAsNumpy()), names, where, optional=True)
-        pool = r.numbers(n.AttributesAsNumpy())
-        if any(i >= len(attributes) for i in pool):
-            raise _Corrupt(f"{where} refers to attribute {max(pool)}; the graph has {len(attributes)}")
-        # nodes share pooled values: lists are the one mutable kind, so each node gets its own
-        attrs = {k: list(v) if isinstance(v, list) else v for k, v in (attributes[i] for i in pool)}
-        if len(attrs) != len(pool):
-            raise _Corrupt(f"{where} has the same attribute twice")
-        return Node(r.text(n.Op(), f"{where} op"), name, inputs, outputs, attrs)
 
     # -- metadata
     def _json(self, raw: bytes | None, what: str) -> Any:
@@ -257,7 +254,6 @@ class _Package:
             "file_size": self.header.file_size,
             "checksum": self.header.checksum.hex(),
             "producer": r.text(m.Producer(), "producer", required=False),
-            "created": r.text(m.Created(), "creation time", required=False),
             "source_sha256": r.text(m.SourceSha256(), "source sha256", required=False),
             "recipe": self._json(m.RecipeJson(), "recipe"),
             "layers": self._json(m.LayersJson(), "per-layer stats"),
@@ -267,51 +263,207 @@ class _Package:
 
     def info(self) -> dict[str, Any]:
         """Metadata, graph signature and per-tensor storage, without building any array."""
-        g, r = self.g, self.r
-        tensors = [g.Tensors(i) for i in range(r.count(g.TensorsLength(), 4))]
-        names = [r.text(t.Name(), "tensor name") for t in tensors]
+        g, r, c = self.g, self.r, self.columns
+        encodings = self._encodings()
         ops: dict[str, int] = {}
-        for i in range(r.count(g.NodesLength(), 4)):
-            op = r.text(g.Nodes(i).Op(), "node op")
+        for op in c.node_ops:
             ops[op] = ops.get(op, 0) + 1
 
         def signature(indices: list[int], what: str) -> list[dict[str, Any]]:
-            return [self._tensor_info(tensors[i]) for i in _indices(indices, len(names), what)]
+            return [self._tensor_info(i, encodings.get(i)) for i in _indices(indices, len(c.tensor_names), what)]
 
         return {
             **self.metadata(),
             "graph": {
                 "name": r.text(g.Name(), "graph name", required=False),
-                "inputs": signature(r.numbers(g.InputsAsNumpy()), "graph inputs"),
-                "outputs": signature(r.numbers(g.OutputsAsNumpy()), "graph outputs"),
-                "nodes": sum(ops.values()),
+                "inputs": signature(c.inputs, "graph inputs"),
+                "outputs": signature(c.outputs, "graph outputs"),
+                "nodes": len(c.node_ops),
                 "ops": ops,
             },
             "graph_metadata": self._json(self.meta.GraphMetadataJson(), "graph metadata"),
-            "tensors": [self._tensor_info(t) for t in tensors if t.Data() or t.Encoding() is not None],
+            "tensors": [self._tensor_info(i, encodings.get(i)) for i in range(len(c.tensor_names))
+                        if c.blobs[i] or i in encodings],
         }
 
-    def _tensor_info(self, t: Any) -> dict[str, Any]:
-        r = self.r
-        shape = r.shape(t.ShapeAsNumpy())
-        dtype = dtype_from_code(t.Dtype())
-        out: dict[str, Any] = {"name": r.text(t.Name(), "tensor name"), "shape": list(shape),
-                               "dtype": dtype.name if dtype is not None else None}
-        blob, e = t.Data(), t.Encoding()
-        if blob:
-            out.update(storage="dense", stored_bytes=self._blob_size(blob))
-        elif e is not None:
-            stored = sum(self._blob_size(e.Arrays(i).Blob()) for i in range(r.count(e.ArraysLength(), 4)))
-            out.update(storage=r.text(e.Kind(), "encoding kind"), params=self._params(e, out["name"]),
-                       stored_bytes=stored)
-        if dtype is not None and (blob or e is not None):
-            out["dense_bytes"] = math.prod(shape) * dtype.itemsize
+    def _tensor_info(self, i: int, entry: "_EncodingEntry | None") -> dict[str, Any]:
+        c = self.columns
+        name, shape, dtype = c.tensor_names[i], c.shapes[i], c.dtypes[i]
+        dense_bytes = math.prod(shape) * dtype.itemsize
+        out: dict[str, Any] = {"name": name, "shape": list(shape), "dtype": dtype.name}
+        if c.blobs[i]:
+            out.update(storage="dense", stored_bytes=dense_bytes, dense_bytes=dense_bytes)
+        elif entry is not None:
+            stored = sum(math.prod(dims) * dtype.itemsize for _, _, _, dtype, dims in entry.arrays)
+            out.update(storage=entry.kind, params=entry.params, stored_bytes=stored, dense_bytes=dense_bytes)
         return out
 
-    def _blob_size(self, index: int) -> int:
-        if not 0 < index < len(self.blobs):
-            raise _Corrupt(f"a tensor refers to blob {index}; the package has {len(self.blobs)}")
-        return self.blobs[index][1]
+
+@dataclass(frozen=True)
+class _EncodingEntry:
+    tensor: int
+    kind: str
+    params: dict[str, Any]
+    arrays: list[tuple[str, int, int, np.dtype, tuple[int, ...]]]  # name, blob, offset, dtype, shape
+
+
+class _Columns:
+    """The graph's columns (see Graph in edgepkg.fbs) as Python lists, checked for consistent
+    lengths and ranges, so that indexing them later cannot fail."""
+
+    def __init__(self, g: Any, r: "_Reader") -> None:
+        self.g, self.r = g, r
+        self.strings = _text_table(r.bytes(g.StringsAsNumpy()), r.array(g.StringLengthsAsNumpy()))
+        self.dtypes = _dtypes(r.array(g.TensorDtypesAsNumpy()), "tensor")
+        t = len(self.dtypes)
+        self.shapes = _shapes(r.array(g.TensorRanksAsNumpy()), r.array(g.TensorDimsAsNumpy()), t, "tensor")
+        self.blobs = self._column(g.TensorBlobsAsNumpy(), t, "tensor blobs")
+        self.offsets = self._column(g.TensorOffsetsAsNumpy(), t, "tensor offsets")
+        self.inputs = r.numbers(g.InputsAsNumpy())
+        self.outputs = r.numbers(g.OutputsAsNumpy())
+        ops = r.numbers(g.NodeOpsAsNumpy())
+        n = len(ops)
+        self.input_counts = self._column(g.NodeInputCountsAsNumpy(), n, "node input counts")
+        self.output_counts = self._column(g.NodeOutputCountsAsNumpy(), n, "node output counts")
+        self.attribute_counts = self._column(g.NodeAttributeCountsAsNumpy(), n, "node attribute counts")
+        self.node_tensors = self._column(g.NodeTensorsAsNumpy(), sum(self.input_counts) + sum(self.output_counts),
+                                         "node tensors")
+        self.node_values = self._column(g.NodeAttributesAsNumpy(), sum(self.attribute_counts), "node attributes")
+        if len(self.strings) < t + n:
+            raise _Corrupt(f"the string table has {len(self.strings)} strings for {t} tensors and {n} nodes")
+        self.tensor_names = self.strings[:t]
+        self.node_names = self.strings[t:t + n]
+        self.node_ops = [self.string(i, "an op type") for i in ops]
+        self._values: list[tuple[str, Any]] | None = None
+
+    def _column(self, vector: Any, length: int, what: str) -> list:
+        values = self.r.numbers(vector)
+        if len(values) != length:
+            raise _Corrupt(f"{what}: {len(values)} entries, expected {length}")
+        return values
+
+    def string(self, index: int, what: str) -> str:
+        if not 0 <= index < len(self.strings):
+            raise _Corrupt(f"{what} is string {index}; the table has {len(self.strings)}")
+        return self.strings[index]
+
+    def values(self) -> list[tuple[str, Any]]:
+        """The value pool: (name, value) pairs, decoded once."""
+        if self._values is None:
+            self._values = list(self._decode_values())
+        return self._values
+
+    def _decode_values(self) -> Iterator[tuple[str, Any]]:
+        g, r = self.g, self.r
+        names = r.numbers(g.ValueNamesAsNumpy())
+        kinds = self._column(g.ValueKindsAsNumpy(), len(names), "value kinds")
+        int_counts = self._column(g.ValueIntCountsAsNumpy(), len(names), "value int counts")
+        float_counts = self._column(g.ValueFloatCountsAsNumpy(), len(names), "value float counts")
+        ints = self._column(g.ValueIntsAsNumpy(), sum(int_counts), "integer values")
+        floats = self._column(g.ValueFloatsAsNumpy(), sum(float_counts), "float values")
+        at_int = at_float = 0
+        for name, kind, n_int, n_float in zip(names, kinds, int_counts, float_counts):
+            name = self.string(name, "a value name")
+            part_ints, part_floats = ints[at_int:at_int + n_int], floats[at_float:at_float + n_float]
+            at_int += n_int
+            at_float += n_float
+            yield name, self._value(kind, part_ints, part_floats, f"value {name!r}")
+
+    def _value(self, kind: int, ints: list[int], floats: list[float], what: str) -> Any:
+        sequence = list if kind & ValueKind.LIST_FLAG else tuple
+        base = kind & ~ValueKind.LIST_FLAG
+        shape = (len(ints), len(floats))
+        if base in _SCALAR_SHAPES and kind == base and shape == _SCALAR_SHAPES[base]:
+            if base == ValueKind.INT:
+                return ints[0]
+            if base == ValueKind.FLOAT:
+                return floats[0]
+            if base == ValueKind.BOOL and ints[0] in (0, 1):
+                return bool(ints[0])
+            if base == ValueKind.STRING:
+                return self.string(ints[0], what)
+        elif base == ValueKind.INTS and not floats:
+            return sequence(ints)
+        elif base == ValueKind.FLOATS and not ints:
+            return sequence(floats)
+        elif base == ValueKind.STRINGS and not floats:
+            return sequence(self.string(i, what) for i in ints)
+        elif base == ValueKind.ACTIVATION and kind == base and len(ints) == 1:
+            try:
+                return Activation(self.string(ints[0], what), tuple(floats))
+            except (KeyError, ValueError):
+                raise _Corrupt(f"{what} is an invalid activation") from None
+        raise _Corrupt(f"{what} has kind {kind} with {len(ints)} ints and {len(floats)} floats")
+
+    def encodings(self) -> Iterator[_EncodingEntry]:
+        g, r = self.g, self.r
+        tensors = r.numbers(g.EncodingTensorsAsNumpy())
+        e = len(tensors)
+        kinds = self._column(g.EncodingKindsAsNumpy(), e, "encoding kinds")
+        param_counts = self._column(g.EncodingParamCountsAsNumpy(), e, "encoding parameter counts")
+        params = self._column(g.EncodingParamsAsNumpy(), sum(param_counts), "encoding parameters")
+        array_counts = self._column(g.EncodingArrayCountsAsNumpy(), e, "encoding array counts")
+        a = sum(array_counts)
+        names = self._column(g.ArrayNamesAsNumpy(), a, "array names")
+        blobs = self._column(g.ArrayBlobsAsNumpy(), a, "array blobs")
+        offsets = self._column(g.ArrayOffsetsAsNumpy(), a, "array offsets")
+        dtypes = _dtypes(r.array(g.ArrayDtypesAsNumpy()), "encoding array")
+        shapes = _shapes(r.array(g.ArrayRanksAsNumpy()), r.array(g.ArrayDimsAsNumpy()), a, "encoding array")
+        if len(dtypes) != a:
+            raise _Corrupt(f"array dtypes: {len(dtypes)} entries, expected {a}")
+        values = self.values()
+        if any(not 0 <= v < len(values) for v in params):
+            raise _Corrupt(f"an encoding parameter refers to value {max(params)}; the graph has {len(values)}")
+        at_param = at_array = 0
+        for tensor, kind, n_param, n_array in zip(tensors, kinds, param_counts, array_counts):
+            if not 0 <= tensor < len(self.tensor_names):
+                raise _Corrupt(f"an encoding refers to tensor {tensor}; the graph has {len(self.tensor_names)}")
+            entry_params = dict(values[i] for i in params[at_param:at_param + n_param])
+            if len(entry_params) != n_param:
+                raise _Corrupt(f"tensor {self.tensor_names[tensor]!r}: an encoding parameter is given twice")
+            span = range(at_array, at_array + n_array)
+            arrays = [(self.string(names[i], "an array name"), blobs[i], offsets[i], dtypes[i], shapes[i])
+                      for i in span]
+            at_param += n_param
+            at_array += n_array
+            yield _EncodingEntry(tensor, self.string(kind, "an encoding kind"), entry_params, arrays)
+
+
+_SCALAR_SHAPES = {ValueKind.INT: (1, 0), ValueKind.FLOAT: (0, 1), ValueKind.BOOL: (1, 0), ValueKind.STRING: (1, 0)}
+
+
+def _dtypes(codes: np.ndarray, what: str) -> list[np.dtype]:
+    dtypes = [dtype_from_code(code) for code in codes.tolist()]
+    if None in dtypes:
+        raise _Corrupt(f"{what} {dtypes.index(None)} has an unknown dtype code")
+    return dtypes
+
+
+def _shapes(ranks: np.ndarray, dims: np.ndarray, count: int, what: str) -> list[tuple[int, ...]]:
+    """Split the concatenated ``dims`` into ``count`` shapes of the given ranks."""
+    if len(ranks) != count or int(ranks.sum()) != len(dims):
+        raise _Corrupt(f"{what} ranks and shapes disagree in length")
+    if dims.size and not (int(dims.min()) >= 0 and int(dims.max()) < _MAX_DIM):
+        raise _Corrupt(f"a {what} has an invalid shape")
+    flat = dims.tolist()
+    ends = np.cumsum(ranks, dtype=np.int64).tolist()
+    return [tuple(flat[end - rank:end]) for end, rank in zip(ends, ranks.tolist())]
+
+
+def _text_table(data: bytes, lengths: np.ndarray) -> list[str]:
+    """The strings of the given byte lengths, back to back in ``data``. ASCII (every real model)
+    is decoded once and sliced; anything else string by string."""
+    ends = np.cumsum(lengths, dtype=np.int64)
+    if (int(ends[-1]) if ends.size else 0) != len(data):
+        raise _Corrupt(f"the string table holds {len(data)} bytes, its lengths add up to a different size")
+    bounds = [0] + ends.tolist()
+    try:
+        if data.isascii():
+            text = data.decode("ascii")
+            return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+        return [data[a:b].decode("utf-8") for a, b in zip(bounds, bounds[1:])]
+    except UnicodeDecodeError:
+        raise _Corrupt("a name is not UTF-8") from None
 
 
 class _Reader:
@@ -345,6 +497,16 @@ class _Reader:
             return []
         self.count(vector.nbytes, 1)
         return vector.tolist()
+
+    def array(self, vector: Any) -> np.ndarray:
+        """A scalar vector from a generated ``...AsNumpy()`` as a numpy array (empty when absent)."""
+        if isinstance(vector, int):
+            return np.zeros(0, np.int64)
+        self.count(vector.nbytes, 1)
+        return vector
+
+    def bytes(self, vector: Any) -> bytes:
+        return self.array(vector).tobytes()
 
     def shape(self, vector: Any) -> tuple[int, ...]:
         dims = tuple(self.numbers(vector))
@@ -382,67 +544,3 @@ def _indices(indices: list[int], n: int, what: str, optional: bool = False) -> l
 
 def _names(indices: list[int], names: list[str], what: str, optional: bool = False) -> list[str]:
     return [names[i] if i >= 0 else "" for i in _indices(indices, len(names), what, optional)]
-
-
-# -- typed values ------------------------------------------------------------------------------
-def _as(cls: type, table: Table) -> Any:
-    """The union member ``table`` read as generated class ``cls``."""
-    obj = cls()
-    obj.Init(table.Bytes, table.Pos)
-    return obj
-
-
-def _sequence(values: list, sequence: int) -> tuple | list:
-    if sequence not in (Sequence.TUPLE, Sequence.LIST):
-        raise _Corrupt(f"unknown sequence kind {sequence}")
-    return tuple(values) if sequence == Sequence.TUPLE else values
-
-
-def _int_list(t: Table, r: _Reader) -> tuple | list:
-    v = _as(IntList, t)
-    return _sequence(r.numbers(v.ValuesAsNumpy()), v.Sequence())
-
-
-def _float_list(t: Table, r: _Reader) -> tuple | list:
-    v = _as(FloatList, t)
-    return _sequence(r.numbers(v.ValuesAsNumpy()), v.Sequence())
-
-
-def _string_list(t: Table, r: _Reader) -> tuple | list:
-    v = _as(StringList, t)
-    return _sequence([r.text(v.Values(i), "string") for i in range(r.count(v.ValuesLength(), 4))], v.Sequence())
-
-
-def _activation(t: Table, r: _Reader) -> Activation:
-    v = _as(ActivationValue, t)
-    try:
-        return Activation(r.text(v.Kind(), "activation kind"), tuple(r.numbers(v.ParamsAsNumpy())))
-    except (KeyError, ValueError):
-        raise _Corrupt("invalid activation") from None
-
-
-_VALUE_READERS: dict[str, Callable[[Table, _Reader], Any]] = {
-    "IntValue": lambda t, r: _as(IntValue, t).Value(),
-    "FloatValue": lambda t, r: _as(FloatValue, t).Value(),
-    "BoolValue": lambda t, r: _as(BoolValue, t).Value(),
-    "StringValue": lambda t, r: r.text(_as(StringValue, t).Value(), "string"),
-    "IntList": _int_list,
-    "FloatList": _float_list,
-    "StringList": _string_list,
-    "ActivationValue": _activation,
-}
-
-
-def _union_names(enum: type) -> dict[int, str]:
-    return {code: name for name, code in vars(enum).items() if not name.startswith("_") and name != "NONE"}
-
-
-_ATTRIBUTE_NAMES = _union_names(AttributeValue)
-_SCALAR_NAMES = _union_names(ScalarValue)
-
-
-def _value(type_code: int, table: Table | None, r: _Reader, names: dict[int, str], what: str) -> Any:
-    name = names.get(type_code)
-    if name is None or table is None:
-        raise _Corrupt(f"{what} has no value or an unknown type ({type_code})")
-    return _VALUE_READERS[name](table, r)

@@ -1,7 +1,6 @@
 """Write a Graph as an .edgepkg file: header, flatbuffer, then the 64-byte aligned blob area."""
 from __future__ import annotations
 
-import datetime
 import json
 import numbers
 import os
@@ -18,29 +17,13 @@ from ..errors import PackageError
 from ..graph import Graph, Node, Tensor
 from ..runtime.activations import Activation
 from .fb import Accuracy as fb_accuracy
-from .fb import ActivationValue as fb_activation
-from .fb import Attribute as fb_attribute
 from .fb import Blob as fb_blob
-from .fb import BoolValue as fb_bool
-from .fb import Encoding as fb_encoding
-from .fb import FloatList as fb_float_list
-from .fb import FloatValue as fb_float
 from .fb import Graph as fb_graph
-from .fb import IntList as fb_int_list
-from .fb import IntValue as fb_int
 from .fb import Metadata as fb_metadata
 from .fb import Model as fb_model
-from .fb import NamedBlob as fb_named_blob
-from .fb import Node as fb_node
-from .fb import Param as fb_param
-from .fb import StringList as fb_string_list
-from .fb import StringValue as fb_string
-from .fb import Tensor as fb_tensor
-from .fb.AttributeValue import AttributeValue
-from .fb.ScalarValue import ScalarValue
-from .fb.Sequence import Sequence
-from .layout import (CHECKSUM_OFFSET, FILE_IDENTIFIER, FORMAT_VERSION, HEADER_SIZE, Checksum, Header, align,
-                     deflate_graph_section, dtype_code)
+from .fb.ValueKind import ValueKind
+from .layout import (ARRAY_ALIGN, CHECKSUM_OFFSET, FILE_IDENTIFIER, FORMAT_VERSION, HEADER_SIZE, SMALL_ARRAY,
+                     Checksum, Header, align, deflate_graph_section, dtype_code)
 
 Progress = Callable[[int, int], None]
 
@@ -49,7 +32,6 @@ Progress = Callable[[int, int], None]
 DEFLATE_GRAPH_SECTION = True  # tests that edit the raw flatbuffer turn it off
 METADATA_KEYS = ("source_sha256", "recipe", "layers", "accuracy", "accuracy_dataset")
 _INT64 = (-(1 << 63), 1 << 63)
-_SCALARS = {"IntValue": (fb_int, int), "FloatValue": (fb_float, float), "BoolValue": (fb_bool, bool)}
 
 
 @dataclass(frozen=True)
@@ -79,11 +61,11 @@ def save_package(graph: Graph, path: str | os.PathLike, *, metadata: dict[str, A
     builder = _ModelBuilder()
     fb = builder.build(graph, _package_metadata(graph, metadata or {}))
     fb, fb_inflated_size = deflate_graph_section(fb) if DEFLATE_GRAPH_SECTION else (fb, 0)
-    blob_offset = align(HEADER_SIZE + len(fb))
-    header = Header(FORMAT_VERSION, HEADER_SIZE, blob_offset + builder.blob_area_size, HEADER_SIZE,
-                    len(fb), blob_offset, builder.blob_area_size, fb_inflated_size)
+    blob_size = builder.blob_area_size  # the graph section follows the last blob: no padding
+    header = Header(FORMAT_VERSION, HEADER_SIZE, HEADER_SIZE + blob_size + len(fb), blob_size, len(fb),
+                    fb_inflated_size)
     digest = _write_atomically(path, lambda f: _write(f, header, fb, builder.arrays, progress))
-    return PackageInfo(path, header.file_size, len(fb), builder.blob_area_size, len(builder.arrays),
+    return PackageInfo(path, header.file_size, len(fb), builder.blob_area_size, len(builder.area.blobs) - 1,
                        digest.hex())
 
 
@@ -115,15 +97,15 @@ def _write(f: IO[bytes], header: Header, fb: bytes, arrays: list[tuple[int, np.n
     head = header.pack()
     checksum.update_header(head)
     f.write(head)
-    _emit(f, checksum, fb)
-    if progress:
-        progress(f.tell(), header.file_size)
     for offset, array in arrays:
         _emit(f, checksum, bytes(header.blob_offset + offset - f.tell()))
         _emit(f, checksum, array.reshape(-1).view(np.uint8))
         if progress:
             progress(f.tell(), header.file_size)
-    _emit(f, checksum, bytes(header.file_size - f.tell()))  # the blob area of a graph without blobs
+    _emit(f, checksum, bytes(header.fb_offset - f.tell()))
+    _emit(f, checksum, fb)
+    if progress:
+        progress(f.tell(), header.file_size)
     digest = checksum.digest()
     f.seek(CHECKSUM_OFFSET)
     f.write(digest)
@@ -146,15 +128,32 @@ def _package_metadata(graph: Graph, given: dict[str, Any]) -> dict[str, Any]:
     compression = graph.metadata.get("compression") or {}
     return {
         "producer": f"edgesdk {__version__}",
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source_sha256": given.get("source_sha256"),
         "recipe": _json(given.get("recipe", compression.get("recipe")), "recipe"),
         "layers": _json(given.get("layers", compression.get("layers")), "layers"),
         "accuracy": accuracy,
         "accuracy_dataset": given.get("accuracy_dataset"),
-        # "package" describes the file a graph was loaded from, not the one being written
-        "graph_metadata": _json({k: v for k, v in graph.metadata.items() if k != "package"}, "graph.metadata"),
+        "graph_metadata": _json(_stored_graph_metadata(graph.metadata), "graph.metadata"),
     }
+
+
+def _stored_graph_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """graph.metadata as the package keeps it. The compression recipe and per-layer stats are
+    stored once, as package metadata (the reader puts them back under "compression"); "package"
+    describes the file a graph was loaded from, not the one being written; a source path keeps
+    only the file name (a path on the packing machine means nothing on a phone and may say more
+    than the user wants to ship)."""
+    stored = {k: v for k, v in metadata.items() if k != "package"}
+    compression = stored.get("compression")
+    if isinstance(compression, dict):
+        rest = {k: v for k, v in compression.items() if k not in ("recipe", "layers")}
+        if rest:
+            stored["compression"] = rest
+        else:
+            del stored["compression"]
+    if isinstance(stored.get("source"), (str, os.PathLike)):
+        stored["source"] = os.path.basename(os.fspath(stored["source"]))
+    return stored
 
 
 def _json(value: Any, what: str) -> str | None:
@@ -163,14 +162,25 @@ def _json(value: Any, what: str) -> str | None:
         return None
     if isinstance(value, str):
         try:
-            json.loads(value)
+            value = json.loads(value)
         except ValueError:
             raise PackageError(f"{what} is a string but not JSON text") from None
-        return value
     try:
-        return json.dumps(value, default=_json_default)
+        return json.dumps(_rounded(value), default=_json_default, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise PackageError(f"{what} cannot be stored as JSON: {exc}") from None
+
+
+def _rounded(value: Any) -> Any:
+    """Floats cut to 7 significant digits (stats such as an RMS error do not need 17; a recipe's
+    parameters are short decimals and stay exact)."""
+    if isinstance(value, float):
+        return float(f"{value:.7g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
@@ -181,6 +191,48 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# -- blob area ---------------------------------------------------------------------------------
+SMALL_BLOB_LIMIT = 1 << 16  # a shared blob of small arrays is closed at this size
+
+
+class _BlobArea:
+    """Places arrays in blobs: an array of SMALL_ARRAY bytes or more gets a blob of its own, smaller
+    ones share a blob at ARRAY_ALIGN-aligned offsets. Blob 0 is the empty sentinel."""
+
+    def __init__(self) -> None:
+        self.blobs: list[list[tuple[int, np.ndarray]]] = [[]]  # per blob: (offset inside, array)
+        self.sizes: list[int] = [0]
+        self._shared: int | None = None  # index of the open shared blob
+
+    def place(self, array: np.ndarray) -> tuple[int, int]:
+        """(blob index, byte offset inside the blob) of ``array``, stored little-endian C order."""
+        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        if array.nbytes >= SMALL_ARRAY:
+            return self._new_blob(array), 0
+        if self._shared is None or self.sizes[self._shared] + array.nbytes > SMALL_BLOB_LIMIT:
+            self._shared = self._new_blob(None)
+        blob = self._shared
+        offset = -(-self.sizes[blob] // ARRAY_ALIGN) * ARRAY_ALIGN
+        self.blobs[blob].append((offset, array))
+        self.sizes[blob] = offset + array.nbytes
+        return blob, offset
+
+    def _new_blob(self, array: np.ndarray | None) -> int:
+        self.blobs.append([] if array is None else [(0, array)])
+        self.sizes.append(0 if array is None else array.nbytes)
+        return len(self.blobs) - 1
+
+    def layout(self) -> tuple[list[tuple[int, int]], list[tuple[int, np.ndarray]], int]:
+        """(blob table [(offset in the area, size)], arrays [(offset in the area, array)], area size)."""
+        table, arrays, end = [(0, 0)], [], 0
+        for contents, size in zip(self.blobs[1:], self.sizes[1:]):
+            start = align(end)
+            table.append((start, size))
+            arrays.extend((start + offset, array) for offset, array in contents)
+            end = start + size
+        return table, arrays, end
+
+
 # -- flatbuffer --------------------------------------------------------------------------------
 class _ModelBuilder:
     """Builds the Model flatbuffer and lays out the blob area as arrays are referenced."""
@@ -188,10 +240,9 @@ class _ModelBuilder:
     def __init__(self) -> None:
         self.b = flatbuffers.Builder(1 << 16)
         self.b.ForceDefaults(True)  # flatbuffers skips fields equal to their default, and -0.0 == 0.0
-        self.arrays: list[tuple[int, np.ndarray]] = []  # (offset in the blob area, C-order LE array)
+        self.area = _BlobArea()
+        self.arrays: list[tuple[int, np.ndarray]] = []  # (offset in the blob area, array), after build
         self.blob_area_size = 0
-        self.attributes: dict[tuple[str, str, str], int] = {}  # distinct attribute -> its pool index
-        self.attribute_tables: list[int] = []
 
     def build(self, graph: Graph, meta: dict[str, Any]) -> bytes:
         b = self.b
@@ -220,190 +271,31 @@ class _ModelBuilder:
             raise PackageError(f"{where}: {values!r} does not fit {np.dtype(dtype).name} ({exc})") from None
         return self.b.CreateNumpyVector(array)
 
-    def _strings(self, values: list[str]) -> int:
-        return self._offsets([self.b.CreateString(v) for v in values])
-
     # -- blobs
-    def _add_array(self, array: np.ndarray) -> int:
-        """Place ``array`` in the blob area; returns its index in Model.blobs (1-based)."""
-        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-        offset = align(self.blob_area_size)
-        self.arrays.append((offset, array))
-        self.blob_area_size = offset + array.nbytes
-        return len(self.arrays)
-
     def _blob_vector(self) -> int:
-        places = [(0, 0)] + [(offset, array.nbytes) for offset, array in self.arrays]  # [0]: sentinel
-        fb_model.StartBlobsVector(self.b, len(places))
-        for offset, size in reversed(places):
+        table, self.arrays, self.blob_area_size = self.area.layout()
+        fb_model.StartBlobsVector(self.b, len(table))
+        for offset, size in reversed(table):
             fb_blob.CreateBlob(self.b, offset, size)
         return self.b.EndVector()
 
     # -- graph
     def _graph(self, graph: Graph) -> int:
         b = self.b
-        index = {name: i for i, name in enumerate(graph.tensors)}
+        columns = _GraphColumns(graph, self.area)
         name = b.CreateString(graph.name)
-        tensors = self._offsets([self._tensor(t) for t in graph.tensors.values()])
-        inputs = self._numbers(_indices(graph.inputs, index, "graph input"), "<i4", "graph inputs")
-        outputs = self._numbers(_indices(graph.outputs, index, "graph output"), "<i4", "graph outputs")
-        nodes = self._offsets([self._node(n, index) for n in graph.nodes])
-        attributes = self._offsets(self.attribute_tables)
+        vectors = [(add, self._numbers(values, dtype, where)) for add, values, dtype, where in columns.vectors()]
         fb_graph.Start(b)
         fb_graph.AddName(b, name)
-        fb_graph.AddTensors(b, tensors)
-        fb_graph.AddInputs(b, inputs)
-        fb_graph.AddOutputs(b, outputs)
-        fb_graph.AddNodes(b, nodes)
-        fb_graph.AddAttributes(b, attributes)
+        for add, vector in vectors:
+            add(b, vector)
         return fb_graph.End(b)
-
-    def _tensor(self, tensor: Tensor) -> int:
-        b = self.b
-        code = _storable(tensor.dtype, f"tensor {tensor.name!r}")
-        name = b.CreateString(tensor.name)
-        shape = self._numbers(tensor.shape, "<i8", f"tensor {tensor.name!r} shape")
-        encoding = self._encoding(tensor) if tensor.encoding is not None else 0
-        data = 0
-        if tensor.encoding is None and tensor.is_constant:  # dense: .data is the stored array
-            value = tensor.data
-            if value.dtype != tensor.dtype or value.shape != tensor.shape:
-                raise PackageError(f"tensor {tensor.name!r} is {tensor.dtype}{list(tensor.shape)} but "
-                                   f"holds {value.dtype}{list(value.shape)} data")
-            data = self._add_array(value)
-        fb_tensor.Start(b)
-        fb_tensor.AddName(b, name)
-        fb_tensor.AddShape(b, shape)
-        fb_tensor.AddDtype(b, code)
-        fb_tensor.AddData(b, data)
-        if encoding:
-            fb_tensor.AddEncoding(b, encoding)
-        return fb_tensor.End(b)
-
-    def _encoding(self, tensor: Tensor) -> int:
-        b = self.b
-        kind, shape, params, arrays = tensor.encoding.parts()
-        where = f"tensor {tensor.name!r} ({kind})"
-        kind_off = b.CreateString(kind)
-        shape_off = self._numbers(shape, "<i8", f"{where} shape")
-        param_offs = self._offsets([self._param(k, v, where) for k, v in params.items()])
-        array_offs = self._offsets([self._named_blob(k, a, where) for k, a in arrays.items()])
-        fb_encoding.Start(b)
-        fb_encoding.AddKind(b, kind_off)
-        fb_encoding.AddShape(b, shape_off)
-        fb_encoding.AddParams(b, param_offs)
-        fb_encoding.AddArrays(b, array_offs)
-        return fb_encoding.End(b)
-
-    def _param(self, name: str, value: Any, where: str) -> int:
-        type_name, value_off = self._value(value, f"{where} parameter {name!r}")
-        if not hasattr(ScalarValue, type_name):
-            raise PackageError(f"{where} parameter {name!r}: {value!r} is not an int, float, bool or str")
-        name_off = self.b.CreateString(name)
-        fb_param.Start(self.b)
-        fb_param.AddName(self.b, name_off)
-        fb_param.AddValueType(self.b, getattr(ScalarValue, type_name))
-        fb_param.AddValue(self.b, value_off)
-        return fb_param.End(self.b)
-
-    def _named_blob(self, name: str, array: np.ndarray, where: str) -> int:
-        code = _storable(array.dtype, f"{where} array {name!r}")
-        blob = self._add_array(array)
-        name_off = self.b.CreateString(name)
-        shape = self._numbers(array.shape, "<i8", f"{where} array {name!r}")
-        fb_named_blob.Start(self.b)
-        fb_named_blob.AddName(self.b, name_off)
-        fb_named_blob.AddBlob(self.b, blob)
-        fb_named_blob.AddDtype(self.b, code)
-        fb_named_blob.AddShape(self.b, shape)
-        return fb_named_blob.End(self.b)
-
-    def _node(self, node: Node, index: dict[str, int]) -> int:
-        b = self.b
-        where = f"node {node.name!r}"
-        op, name = b.CreateString(node.op), b.CreateString(node.name)
-        inputs = self._numbers(_indices(node.inputs, index, where, optional=True), "<i4", where)
-        outputs = self._numbers(_indices(node.outputs, index, where, optional=True), "<i4", where)
-        attrs = self._numbers([self._attribute(k, v, f"attribute {k!r} of {where}")
-                               for k, v in node.attrs.items()], "<u4", where)
-        fb_node.Start(b)
-        fb_node.AddOp(b, op)
-        fb_node.AddName(b, name)
-        fb_node.AddInputs(b, inputs)
-        fb_node.AddOutputs(b, outputs)
-        fb_node.AddAttributes(b, attrs)
-        return fb_node.End(b)
-
-    def _attribute(self, name: str, value: Any, where: str) -> int:
-        """The index of (name, value) in the graph's attribute pool, adding it when new."""
-        # repr tells apart what == merges: 1, 1.0 and True; 0.0 and -0.0; tuples and lists
-        key = (name, type(value).__name__, repr(value))
-        if key not in self.attributes:
-            self.attributes[key] = len(self.attribute_tables)
-            self.attribute_tables.append(self._attribute_table(name, value, where))
-        return self.attributes[key]
-
-    def _attribute_table(self, name: str, value: Any, where: str) -> int:
-        type_name, value_off = self._value(value, where)
-        name_off = self.b.CreateString(name)
-        fb_attribute.Start(self.b)
-        fb_attribute.AddName(self.b, name_off)
-        fb_attribute.AddValueType(self.b, getattr(AttributeValue, type_name))
-        fb_attribute.AddValue(self.b, value_off)
-        return fb_attribute.End(self.b)
-
-    def _value(self, value: Any, where: str) -> tuple[str, int]:
-        """(union member name, table offset) for an attribute or parameter value."""
-        b = self.b
-        if isinstance(value, Activation):
-            kind, params = b.CreateString(value.kind), self._numbers(value.params, "<f8", where)
-            fb_activation.Start(b)
-            fb_activation.AddKind(b, kind)
-            fb_activation.AddParams(b, params)
-            return "ActivationValue", fb_activation.End(b)
-        if isinstance(value, (tuple, list)):
-            return self._list(value, where)
-        return self._scalar(value, where)
-
-    def _scalar(self, value: Any, where: str) -> tuple[str, int]:
-        b = self.b
-        kind = _scalar_kind(value)
-        if kind is None:
-            raise PackageError(f"{where}: cannot store a {type(value).__name__} ({value!r}) in a package")
-        if kind == "StringValue":
-            text = b.CreateString(value)
-            fb_string.Start(b)
-            fb_string.AddValue(b, text)
-            return kind, fb_string.End(b)
-        if kind == "IntValue" and not _INT64[0] <= value < _INT64[1]:
-            raise PackageError(f"{where}: {value} does not fit a 64-bit integer")
-        module, cast = _SCALARS[kind]
-        module.Start(b)
-        module.AddValue(b, cast(value))
-        return kind, module.End(b)
-
-    def _list(self, values: tuple | list, where: str) -> tuple[str, int]:
-        kinds = {_scalar_kind(v) for v in values} or {"IntValue"}  # () is stored as an empty IntList
-        if len(kinds) > 1 or not kinds <= {"IntValue", "FloatValue", "StringValue"}:
-            raise PackageError(f"{where}: cannot store {values!r}; lists must hold only ints, only "
-                               f"floats or only strings")
-        kind = kinds.pop()
-        sequence = Sequence.TUPLE if isinstance(values, tuple) else Sequence.LIST
-        module = {"IntValue": fb_int_list, "FloatValue": fb_float_list, "StringValue": fb_string_list}[kind]
-        if kind == "StringValue":
-            items = self._strings(list(values))
-        else:
-            items = self._numbers(values, "<i8" if kind == "IntValue" else "<f8", where)
-        module.Start(self.b)
-        module.AddValues(self.b, items)
-        module.AddSequence(self.b, sequence)
-        return kind.replace("Value", "List"), module.End(self.b)
 
     # -- metadata
     def _metadata(self, meta: dict[str, Any]) -> int:
         b = self.b
         strings = {key: b.CreateString(meta[key]) for key in
-                   ("producer", "created", "source_sha256", "recipe", "layers", "accuracy_dataset",
+                   ("producer", "source_sha256", "recipe", "layers", "accuracy_dataset",
                     "graph_metadata") if meta[key] is not None}
         accuracy = 0
         if meta["accuracy"] is not None:
@@ -413,7 +305,7 @@ class _ModelBuilder:
                 fb_accuracy.AddDataset(b, strings["accuracy_dataset"])
             accuracy = fb_accuracy.End(b)
         fb_metadata.Start(b)
-        for key, add in (("producer", fb_metadata.AddProducer), ("created", fb_metadata.AddCreated),
+        for key, add in (("producer", fb_metadata.AddProducer),
                          ("source_sha256", fb_metadata.AddSourceSha256),
                          ("recipe", fb_metadata.AddRecipeJson), ("layers", fb_metadata.AddLayersJson),
                          ("graph_metadata", fb_metadata.AddGraphMetadataJson)):
@@ -424,15 +316,208 @@ class _ModelBuilder:
         return fb_metadata.End(b)
 
 
-def _scalar_kind(value: Any) -> str | None:
+class _GraphColumns:
+    """A Graph as the column vectors of edgepkg.fbs's Graph table (Python lists until built)."""
+
+    def __init__(self, graph: Graph, area: _BlobArea) -> None:
+        self.area = area
+        tensors = list(graph.tensors.values())
+        self.index = {name: i for i, name in enumerate(graph.tensors)}
+        # tensor names first, then node names, then every other string once
+        self.strings: list[str] = [t.name for t in tensors] + [n.name for n in graph.nodes]
+        self.string_ids: dict[str, int] = {}
+        self.values: dict[tuple[str, str, str], int] = {}  # distinct (name, value) -> value index
+        self.v_names: list[int] = []
+        self.v_kinds: list[int] = []
+        self.v_int_counts: list[int] = []
+        self.v_float_counts: list[int] = []
+        self.v_ints: list[int] = []
+        self.v_floats: list[float] = []
+        self._tensors(tensors)
+        self.inputs = _indices(graph.inputs, self.index, "graph input")
+        self.outputs = _indices(graph.outputs, self.index, "graph output")
+        self._nodes(graph.nodes)
+        self._encodings(tensors)
+
+    def vectors(self) -> list[tuple[Callable, Any, str, str]]:
+        """(Graph.Add<Field>, values, dtype, what) for every column."""
+        encoded = [s.encode("utf-8") for s in self.strings]
+        too_long = [s for s in encoded if len(s) > 0xFFFF]
+        if too_long:
+            raise PackageError(f"a name or string of {len(too_long[0])} bytes ({too_long[0][:40]!r}...); "
+                               f"packages hold strings of at most 65535 bytes")
+        g = fb_graph
+        return [
+            (g.AddStrings, np.frombuffer(b"".join(encoded), np.uint8), "u1", "string table"),
+            (g.AddStringLengths, [len(s) for s in encoded], "<u2", "string table"),
+            (g.AddTensorDtypes, self.t_dtypes, "i1", "tensor dtypes"),
+            (g.AddTensorRanks, self.t_ranks, "u1", "tensor ranks"),
+            (g.AddTensorDims, self.t_dims, "<i8", "tensor shapes"),
+            (g.AddTensorBlobs, self.t_blobs, "<u4", "tensor blobs"),
+            (g.AddTensorOffsets, self.t_offsets, "<u4", "tensor offsets"),
+            (g.AddInputs, self.inputs, "<i4", "graph inputs"),
+            (g.AddOutputs, self.outputs, "<i4", "graph outputs"),
+            (g.AddNodeOps, self.n_ops, "<u4", "node ops"),
+            (g.AddNodeInputCounts, _counts(self.n_inputs, "inputs"), "<u2", "node inputs"),
+            (g.AddNodeOutputCounts, _counts(self.n_outputs, "outputs"), "<u2", "node outputs"),
+            (g.AddNodeAttributeCounts, _counts(self.n_attributes, "attributes"), "<u2", "node attributes"),
+            (g.AddNodeTensors, self.n_tensors, "<i4", "node tensors"),
+            (g.AddNodeAttributes, self.n_values, "<u4", "node attributes"),
+            (g.AddValueNames, self.v_names, "<u4", "value names"),
+            (g.AddValueKinds, self.v_kinds, "u1", "value kinds"),
+            (g.AddValueIntCounts, self.v_int_counts, "<u4", "value ints"),
+            (g.AddValueFloatCounts, self.v_float_counts, "<u4", "value floats"),
+            (g.AddValueInts, self.v_ints, "<i8", "integer values"),
+            (g.AddValueFloats, self.v_floats, "<f8", "float values"),
+            (g.AddEncodingTensors, self.e_tensors, "<u4", "encoding tensors"),
+            (g.AddEncodingKinds, self.e_kinds, "<u4", "encoding kinds"),
+            (g.AddEncodingParamCounts, _counts(self.e_params, "parameters"), "<u2", "encoding parameters"),
+            (g.AddEncodingParams, self.e_values, "<u4", "encoding parameters"),
+            (g.AddEncodingArrayCounts, _counts(self.e_arrays, "arrays"), "<u2", "encoding arrays"),
+            (g.AddArrayNames, self.a_names, "<u4", "array names"),
+            (g.AddArrayBlobs, self.a_blobs, "<u4", "array blobs"),
+            (g.AddArrayOffsets, self.a_offsets, "<u4", "array offsets"),
+            (g.AddArrayDtypes, self.a_dtypes, "i1", "array dtypes"),
+            (g.AddArrayRanks, self.a_ranks, "u1", "array ranks"),
+            (g.AddArrayDims, self.a_dims, "<i8", "array shapes"),
+        ]
+
+    def string(self, text: str) -> int:
+        if text not in self.string_ids:
+            self.string_ids[text] = len(self.strings)
+            self.strings.append(text)
+        return self.string_ids[text]
+
+    def _tensors(self, tensors: list[Tensor]) -> None:
+        self.t_dtypes, self.t_ranks, self.t_dims, self.t_blobs, self.t_offsets = [], [], [], [], []
+        for tensor in tensors:
+            self.t_dtypes.append(_storable(tensor.dtype, f"tensor {tensor.name!r}"))
+            self.t_ranks.append(_rank(tensor.shape, f"tensor {tensor.name!r}"))
+            self.t_dims.extend(tensor.shape)
+            blob = offset = 0
+            if tensor.encoding is None and tensor.is_constant:  # dense: .data is the stored array
+                value = tensor.data
+                if value.dtype != tensor.dtype or value.shape != tensor.shape:
+                    raise PackageError(f"tensor {tensor.name!r} is {tensor.dtype}{list(tensor.shape)} but "
+                                       f"holds {value.dtype}{list(value.shape)} data")
+                blob, offset = self.area.place(value)
+            self.t_blobs.append(blob)
+            self.t_offsets.append(offset)
+
+    def _nodes(self, nodes: list[Node]) -> None:
+        self.n_ops, self.n_inputs, self.n_outputs, self.n_attributes, self.n_tensors, self.n_values = \
+            [], [], [], [], [], []
+        for node in nodes:
+            where = f"node {node.name!r}"
+            self.n_ops.append(self.string(node.op))
+            self.n_inputs.append(len(node.inputs))
+            self.n_outputs.append(len(node.outputs))
+            self.n_attributes.append(len(node.attrs))
+            self.n_tensors.extend(_indices(node.inputs, self.index, where, optional=True))
+            self.n_tensors.extend(_indices(node.outputs, self.index, where, optional=True))
+            self.n_values.extend(self.value(k, v, f"attribute {k!r} of {where}") for k, v in node.attrs.items())
+
+    def _encodings(self, tensors: list[Tensor]) -> None:
+        self.e_tensors, self.e_kinds, self.e_params, self.e_values, self.e_arrays = [], [], [], [], []
+        self.a_names, self.a_blobs, self.a_offsets, self.a_dtypes, self.a_ranks, self.a_dims = \
+            [], [], [], [], [], []
+        for tensor in tensors:
+            if tensor.encoding is None:
+                continue
+            kind, shape, params, arrays = tensor.encoding.parts()
+            where = f"tensor {tensor.name!r} ({kind})"
+            if tuple(shape) != tensor.shape:
+                raise PackageError(f"{where}: the encoding's shape {list(shape)} is not the tensor's "
+                                   f"{list(tensor.shape)}")
+            self.e_tensors.append(self.index[tensor.name])
+            self.e_kinds.append(self.string(kind))
+            self.e_params.append(len(params))
+            for name, value in params.items():
+                if _scalar_kind(value) is None:
+                    raise PackageError(f"{where} parameter {name!r}: {value!r} is not an int, float, bool or str")
+                self.e_values.append(self.value(name, value, f"{where} parameter {name!r}"))
+            self.e_arrays.append(len(arrays))
+            for name, array in arrays.items():
+                self.a_names.append(self.string(name))
+                self.a_dtypes.append(_storable(array.dtype, f"{where} array {name!r}"))
+                self.a_ranks.append(_rank(array.shape, f"{where} array {name!r}"))
+                self.a_dims.extend(array.shape)
+                blob, offset = self.area.place(array)
+                self.a_blobs.append(blob)
+                self.a_offsets.append(offset)
+
+    # -- values
+    def value(self, name: str, value: Any, where: str) -> int:
+        """The index of (name, value) in the value pool, adding it when new."""
+        # repr tells apart what == merges: 1, 1.0 and True; 0.0 and -0.0; tuples and lists
+        key = (name, type(value).__name__, repr(value))
+        if key not in self.values:
+            kind, ints, floats = self._encode(value, where)
+            self.values[key] = len(self.v_names)
+            self.v_names.append(self.string(name))
+            self.v_kinds.append(kind)
+            self.v_int_counts.append(len(ints))
+            self.v_float_counts.append(len(floats))
+            self.v_ints.extend(ints)
+            self.v_floats.extend(floats)
+        return self.values[key]
+
+    def _encode(self, value: Any, where: str) -> tuple[int, list[int], list[float]]:
+        """(ValueKind, ints, floats) for an attribute or parameter value."""
+        if isinstance(value, Activation):
+            return ValueKind.ACTIVATION, [self.string(value.kind)], [float(p) for p in value.params]
+        if isinstance(value, (tuple, list)):
+            return self._encode_list(value, where)
+        kind = _scalar_kind(value)
+        if kind is None:
+            raise PackageError(f"{where}: cannot store a {type(value).__name__} ({value!r}) in a package")
+        if kind == ValueKind.FLOAT:
+            return kind, [], [float(value)]
+        if kind == ValueKind.STRING:
+            return kind, [self.string(value)], []
+        return kind, [_int64(int(value), where)], []
+
+    def _encode_list(self, values: tuple | list, where: str) -> tuple[int, list[int], list[float]]:
+        kinds = {_scalar_kind(v) for v in values} or {ValueKind.INT}  # () is stored as an empty int tuple
+        if len(kinds) > 1 or not kinds <= {ValueKind.INT, ValueKind.FLOAT, ValueKind.STRING}:
+            raise PackageError(f"{where}: cannot store {values!r}; lists must hold only ints, only "
+                               f"floats or only strings")
+        kind = kinds.pop()
+        flag = ValueKind.LIST_FLAG if isinstance(values, list) else 0
+        if kind == ValueKind.FLOAT:
+            return ValueKind.FLOATS | flag, [], [float(v) for v in values]
+        if kind == ValueKind.STRING:
+            return ValueKind.STRINGS | flag, [self.string(v) for v in values], []
+        return ValueKind.INTS | flag, [_int64(int(v), where) for v in values], []
+
+
+def _int64(value: int, where: str) -> int:
+    if not _INT64[0] <= value < _INT64[1]:
+        raise PackageError(f"{where}: {value} does not fit a 64-bit integer")
+    return value
+
+
+def _rank(shape: tuple[int, ...], where: str) -> int:
+    if len(shape) > 255:
+        raise PackageError(f"{where} has rank {len(shape)}; packages hold at most 255")
+    return len(shape)
+
+
+def _counts(values: list[int], what: str) -> list[int]:
+    if values and max(values) > 0xFFFF:
+        raise PackageError(f"an entry with {max(values)} {what}; packages hold at most 65535")
+    return values
+
+
+def _scalar_kind(value: Any) -> int | None:
     if isinstance(value, (bool, np.bool_)):  # before int: bool is an int subclass
-        return "BoolValue"
+        return ValueKind.BOOL
     if isinstance(value, numbers.Integral):
-        return "IntValue"
+        return ValueKind.INT
     if isinstance(value, numbers.Real):
-        return "FloatValue"
+        return ValueKind.FLOAT
     if isinstance(value, str):
-        return "StringValue"
+        return ValueKind.STRING
     return None
 
 

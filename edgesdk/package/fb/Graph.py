@@ -36,33 +36,197 @@ class Graph(object):
         return None
 
     # Graph
-    def Tensors(self, j):
+    def Strings(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            from edgesdk.package.fb.Tensor import Tensor
-            obj = Tensor()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
 
     # Graph
-    def TensorsLength(self):
+    def StringsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Graph
+    def StringsLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def TensorsIsNone(self):
+    def StringsIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         return o == 0
 
     # Graph
-    def Inputs(self, j):
+    def StringLengths(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
+        return 0
+
+    # Graph
+    def StringLengthsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
+        return 0
+
+    # Graph
+    def StringLengthsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def StringLengthsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        return o == 0
+
+    # Graph
+    def TensorDtypes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Graph
+    def TensorDtypesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int8Flags, o)
+        return 0
+
+    # Graph
+    def TensorDtypesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def TensorDtypesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+    # Graph
+    def TensorRanks(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Graph
+    def TensorRanksAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Graph
+    def TensorRanksLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def TensorRanksIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
+
+    # Graph
+    def TensorDims(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Graph
+    def TensorDimsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Graph
+    def TensorDimsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def TensorDimsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+    # Graph
+    def TensorBlobs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def TensorBlobsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def TensorBlobsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def TensorBlobsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
+    # Graph
+    def TensorOffsets(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def TensorOffsetsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def TensorOffsetsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def TensorOffsetsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # Graph
+    def Inputs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -70,26 +234,26 @@ class Graph(object):
 
     # Graph
     def InputsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
     def InputsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def InputsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         return o == 0
 
     # Graph
     def Outputs(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -97,75 +261,646 @@ class Graph(object):
 
     # Graph
     def OutputsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
     def OutputsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def OutputsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         return o == 0
 
     # Graph
-    def Nodes(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+    def NodeOps(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            from edgesdk.package.fb.Node import Node
-            obj = Node()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
 
     # Graph
-    def NodesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+    def NodeOpsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeOpsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def NodesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+    def NodeOpsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         return o == 0
 
     # Graph
-    def Attributes(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+    def NodeInputCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
-            x = self._tab.Vector(o)
-            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
-            x = self._tab.Indirect(x)
-            from edgesdk.package.fb.Attribute import Attribute
-            obj = Attribute()
-            obj.Init(self._tab.Bytes, x)
-            return obj
-        return None
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
+        return 0
 
     # Graph
-    def AttributesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+    def NodeInputCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
+        return 0
+
+    # Graph
+    def NodeInputCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def AttributesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+    def NodeInputCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        return o == 0
+
+    # Graph
+    def NodeOutputCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
+        return 0
+
+    # Graph
+    def NodeOutputCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
+        return 0
+
+    # Graph
+    def NodeOutputCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeOutputCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        return o == 0
+
+    # Graph
+    def NodeAttributeCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
+        return 0
+
+    # Graph
+    def NodeAttributeCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
+        return 0
+
+    # Graph
+    def NodeAttributeCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeAttributeCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        return o == 0
+
+    # Graph
+    def NodeTensors(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeTensorsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # Graph
+    def NodeTensorsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeTensorsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        return o == 0
+
+    # Graph
+    def NodeAttributes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def NodeAttributesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def NodeAttributesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeAttributesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        return o == 0
+
+    # Graph
+    def ValueNames(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def ValueNamesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def ValueNamesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ValueNamesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        return o == 0
+
+    # Graph
+    def ValueKinds(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Graph
+    def ValueKindsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Graph
+    def ValueKindsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ValueKindsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        return o == 0
+
+    # Graph
+    def ValueIntCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def ValueIntCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def ValueIntCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ValueIntCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        return o == 0
+
+    # Graph
+    def ValueFloatCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def ValueFloatCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def ValueFloatCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ValueFloatCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        return o == 0
+
+    # Graph
+    def ValueInts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Graph
+    def ValueIntsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Graph
+    def ValueIntsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ValueIntsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        return o == 0
+
+    # Graph
+    def ValueFloats(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Float64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Graph
+    def ValueFloatsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Float64Flags, o)
+        return 0
+
+    # Graph
+    def ValueFloatsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ValueFloatsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        return o == 0
+
+    # Graph
+    def EncodingTensors(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def EncodingTensorsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def EncodingTensorsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def EncodingTensorsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        return o == 0
+
+    # Graph
+    def EncodingKinds(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def EncodingKindsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def EncodingKindsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def EncodingKindsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        return o == 0
+
+    # Graph
+    def EncodingParamCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
+        return 0
+
+    # Graph
+    def EncodingParamCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
+        return 0
+
+    # Graph
+    def EncodingParamCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def EncodingParamCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+        return o == 0
+
+    # Graph
+    def EncodingParams(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def EncodingParamsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def EncodingParamsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def EncodingParamsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
+        return o == 0
+
+    # Graph
+    def EncodingArrayCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
+        return 0
+
+    # Graph
+    def EncodingArrayCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
+        return 0
+
+    # Graph
+    def EncodingArrayCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def EncodingArrayCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
+        return o == 0
+
+    # Graph
+    def ArrayNames(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def ArrayNamesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def ArrayNamesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ArrayNamesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        return o == 0
+
+    # Graph
+    def ArrayBlobs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def ArrayBlobsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def ArrayBlobsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ArrayBlobsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
+        return o == 0
+
+    # Graph
+    def ArrayOffsets(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Graph
+    def ArrayOffsetsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # Graph
+    def ArrayOffsetsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ArrayOffsetsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
+        return o == 0
+
+    # Graph
+    def ArrayDtypes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Graph
+    def ArrayDtypesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int8Flags, o)
+        return 0
+
+    # Graph
+    def ArrayDtypesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ArrayDtypesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        return o == 0
+
+    # Graph
+    def ArrayRanks(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Graph
+    def ArrayRanksAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Graph
+    def ArrayRanksLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ArrayRanksIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        return o == 0
+
+    # Graph
+    def ArrayDims(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Graph
+    def ArrayDimsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # Graph
+    def ArrayDimsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def ArrayDimsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
         return o == 0
 
 def GraphStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(33)
 
 def Start(builder):
     GraphStart(builder)
@@ -176,20 +911,92 @@ def GraphAddName(builder, name):
 def AddName(builder, name):
     GraphAddName(builder, name)
 
-def GraphAddTensors(builder, tensors):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(tensors), 0)
+def GraphAddStrings(builder, strings):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(strings), 0)
 
-def AddTensors(builder, tensors):
-    GraphAddTensors(builder, tensors)
+def AddStrings(builder, strings):
+    GraphAddStrings(builder, strings)
 
-def GraphStartTensorsVector(builder, numElems):
+def GraphStartStringsVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartStringsVector(builder, numElems):
+    return GraphStartStringsVector(builder, numElems)
+
+def GraphAddStringLengths(builder, stringLengths):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(stringLengths), 0)
+
+def AddStringLengths(builder, stringLengths):
+    GraphAddStringLengths(builder, stringLengths)
+
+def GraphStartStringLengthsVector(builder, numElems):
+    return builder.StartVector(2, numElems, 2)
+
+def StartStringLengthsVector(builder, numElems):
+    return GraphStartStringLengthsVector(builder, numElems)
+
+def GraphAddTensorDtypes(builder, tensorDtypes):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(tensorDtypes), 0)
+
+def AddTensorDtypes(builder, tensorDtypes):
+    GraphAddTensorDtypes(builder, tensorDtypes)
+
+def GraphStartTensorDtypesVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartTensorDtypesVector(builder, numElems):
+    return GraphStartTensorDtypesVector(builder, numElems)
+
+def GraphAddTensorRanks(builder, tensorRanks):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(tensorRanks), 0)
+
+def AddTensorRanks(builder, tensorRanks):
+    GraphAddTensorRanks(builder, tensorRanks)
+
+def GraphStartTensorRanksVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartTensorRanksVector(builder, numElems):
+    return GraphStartTensorRanksVector(builder, numElems)
+
+def GraphAddTensorDims(builder, tensorDims):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(tensorDims), 0)
+
+def AddTensorDims(builder, tensorDims):
+    GraphAddTensorDims(builder, tensorDims)
+
+def GraphStartTensorDimsVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def StartTensorDimsVector(builder, numElems):
+    return GraphStartTensorDimsVector(builder, numElems)
+
+def GraphAddTensorBlobs(builder, tensorBlobs):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(tensorBlobs), 0)
+
+def AddTensorBlobs(builder, tensorBlobs):
+    GraphAddTensorBlobs(builder, tensorBlobs)
+
+def GraphStartTensorBlobsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
-def StartTensorsVector(builder, numElems):
-    return GraphStartTensorsVector(builder, numElems)
+def StartTensorBlobsVector(builder, numElems):
+    return GraphStartTensorBlobsVector(builder, numElems)
+
+def GraphAddTensorOffsets(builder, tensorOffsets):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(tensorOffsets), 0)
+
+def AddTensorOffsets(builder, tensorOffsets):
+    GraphAddTensorOffsets(builder, tensorOffsets)
+
+def GraphStartTensorOffsetsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartTensorOffsetsVector(builder, numElems):
+    return GraphStartTensorOffsetsVector(builder, numElems)
 
 def GraphAddInputs(builder, inputs):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
 
 def AddInputs(builder, inputs):
     GraphAddInputs(builder, inputs)
@@ -201,7 +1008,7 @@ def StartInputsVector(builder, numElems):
     return GraphStartInputsVector(builder, numElems)
 
 def GraphAddOutputs(builder, outputs):
-    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
 
 def AddOutputs(builder, outputs):
     GraphAddOutputs(builder, outputs)
@@ -212,29 +1019,281 @@ def GraphStartOutputsVector(builder, numElems):
 def StartOutputsVector(builder, numElems):
     return GraphStartOutputsVector(builder, numElems)
 
-def GraphAddNodes(builder, nodes):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(nodes), 0)
+def GraphAddNodeOps(builder, nodeOps):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOps), 0)
 
-def AddNodes(builder, nodes):
-    GraphAddNodes(builder, nodes)
+def AddNodeOps(builder, nodeOps):
+    GraphAddNodeOps(builder, nodeOps)
 
-def GraphStartNodesVector(builder, numElems):
+def GraphStartNodeOpsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
-def StartNodesVector(builder, numElems):
-    return GraphStartNodesVector(builder, numElems)
+def StartNodeOpsVector(builder, numElems):
+    return GraphStartNodeOpsVector(builder, numElems)
 
-def GraphAddAttributes(builder, attributes):
-    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(attributes), 0)
+def GraphAddNodeInputCounts(builder, nodeInputCounts):
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(nodeInputCounts), 0)
 
-def AddAttributes(builder, attributes):
-    GraphAddAttributes(builder, attributes)
+def AddNodeInputCounts(builder, nodeInputCounts):
+    GraphAddNodeInputCounts(builder, nodeInputCounts)
 
-def GraphStartAttributesVector(builder, numElems):
+def GraphStartNodeInputCountsVector(builder, numElems):
+    return builder.StartVector(2, numElems, 2)
+
+def StartNodeInputCountsVector(builder, numElems):
+    return GraphStartNodeInputCountsVector(builder, numElems)
+
+def GraphAddNodeOutputCounts(builder, nodeOutputCounts):
+    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOutputCounts), 0)
+
+def AddNodeOutputCounts(builder, nodeOutputCounts):
+    GraphAddNodeOutputCounts(builder, nodeOutputCounts)
+
+def GraphStartNodeOutputCountsVector(builder, numElems):
+    return builder.StartVector(2, numElems, 2)
+
+def StartNodeOutputCountsVector(builder, numElems):
+    return GraphStartNodeOutputCountsVector(builder, numElems)
+
+def GraphAddNodeAttributeCounts(builder, nodeAttributeCounts):
+    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(nodeAttributeCounts), 0)
+
+def AddNodeAttributeCounts(builder, nodeAttributeCounts):
+    GraphAddNodeAttributeCounts(builder, nodeAttributeCounts)
+
+def GraphStartNodeAttributeCountsVector(builder, numElems):
+    return builder.StartVector(2, numElems, 2)
+
+def StartNodeAttributeCountsVector(builder, numElems):
+    return GraphStartNodeAttributeCountsVector(builder, numElems)
+
+def GraphAddNodeTensors(builder, nodeTensors):
+    builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(nodeTensors), 0)
+
+def AddNodeTensors(builder, nodeTensors):
+    GraphAddNodeTensors(builder, nodeTensors)
+
+def GraphStartNodeTensorsVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
-def StartAttributesVector(builder, numElems):
-    return GraphStartAttributesVector(builder, numElems)
+def StartNodeTensorsVector(builder, numElems):
+    return GraphStartNodeTensorsVector(builder, numElems)
+
+def GraphAddNodeAttributes(builder, nodeAttributes):
+    builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(nodeAttributes), 0)
+
+def AddNodeAttributes(builder, nodeAttributes):
+    GraphAddNodeAttributes(builder, nodeAttributes)
+
+def GraphStartNodeAttributesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartNodeAttributesVector(builder, numElems):
+    return GraphStartNodeAttributesVector(builder, numElems)
+
+def GraphAddValueNames(builder, valueNames):
+    builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(valueNames), 0)
+
+def AddValueNames(builder, valueNames):
+    GraphAddValueNames(builder, valueNames)
+
+def GraphStartValueNamesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartValueNamesVector(builder, numElems):
+    return GraphStartValueNamesVector(builder, numElems)
+
+def GraphAddValueKinds(builder, valueKinds):
+    builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(valueKinds), 0)
+
+def AddValueKinds(builder, valueKinds):
+    GraphAddValueKinds(builder, valueKinds)
+
+def GraphStartValueKindsVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartValueKindsVector(builder, numElems):
+    return GraphStartValueKindsVector(builder, numElems)
+
+def GraphAddValueIntCounts(builder, valueIntCounts):
+    builder.PrependUOffsetTRelativeSlot(18, flatbuffers.number_types.UOffsetTFlags.py_type(valueIntCounts), 0)
+
+def AddValueIntCounts(builder, valueIntCounts):
+    GraphAddValueIntCounts(builder, valueIntCounts)
+
+def GraphStartValueIntCountsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartValueIntCountsVector(builder, numElems):
+    return GraphStartValueIntCountsVector(builder, numElems)
+
+def GraphAddValueFloatCounts(builder, valueFloatCounts):
+    builder.PrependUOffsetTRelativeSlot(19, flatbuffers.number_types.UOffsetTFlags.py_type(valueFloatCounts), 0)
+
+def AddValueFloatCounts(builder, valueFloatCounts):
+    GraphAddValueFloatCounts(builder, valueFloatCounts)
+
+def GraphStartValueFloatCountsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartValueFloatCountsVector(builder, numElems):
+    return GraphStartValueFloatCountsVector(builder, numElems)
+
+def GraphAddValueInts(builder, valueInts):
+    builder.PrependUOffsetTRelativeSlot(20, flatbuffers.number_types.UOffsetTFlags.py_type(valueInts), 0)
+
+def AddValueInts(builder, valueInts):
+    GraphAddValueInts(builder, valueInts)
+
+def GraphStartValueIntsVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def StartValueIntsVector(builder, numElems):
+    return GraphStartValueIntsVector(builder, numElems)
+
+def GraphAddValueFloats(builder, valueFloats):
+    builder.PrependUOffsetTRelativeSlot(21, flatbuffers.number_types.UOffsetTFlags.py_type(valueFloats), 0)
+
+def AddValueFloats(builder, valueFloats):
+    GraphAddValueFloats(builder, valueFloats)
+
+def GraphStartValueFloatsVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def StartValueFloatsVector(builder, numElems):
+    return GraphStartValueFloatsVector(builder, numElems)
+
+def GraphAddEncodingTensors(builder, encodingTensors):
+    builder.PrependUOffsetTRelativeSlot(22, flatbuffers.number_types.UOffsetTFlags.py_type(encodingTensors), 0)
+
+def AddEncodingTensors(builder, encodingTensors):
+    GraphAddEncodingTensors(builder, encodingTensors)
+
+def GraphStartEncodingTensorsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartEncodingTensorsVector(builder, numElems):
+    return GraphStartEncodingTensorsVector(builder, numElems)
+
+def GraphAddEncodingKinds(builder, encodingKinds):
+    builder.PrependUOffsetTRelativeSlot(23, flatbuffers.number_types.UOffsetTFlags.py_type(encodingKinds), 0)
+
+def AddEncodingKinds(builder, encodingKinds):
+    GraphAddEncodingKinds(builder, encodingKinds)
+
+def GraphStartEncodingKindsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartEncodingKindsVector(builder, numElems):
+    return GraphStartEncodingKindsVector(builder, numElems)
+
+def GraphAddEncodingParamCounts(builder, encodingParamCounts):
+    builder.PrependUOffsetTRelativeSlot(24, flatbuffers.number_types.UOffsetTFlags.py_type(encodingParamCounts), 0)
+
+def AddEncodingParamCounts(builder, encodingParamCounts):
+    GraphAddEncodingParamCounts(builder, encodingParamCounts)
+
+def GraphStartEncodingParamCountsVector(builder, numElems):
+    return builder.StartVector(2, numElems, 2)
+
+def StartEncodingParamCountsVector(builder, numElems):
+    return GraphStartEncodingParamCountsVector(builder, numElems)
+
+def GraphAddEncodingParams(builder, encodingParams):
+    builder.PrependUOffsetTRelativeSlot(25, flatbuffers.number_types.UOffsetTFlags.py_type(encodingParams), 0)
+
+def AddEncodingParams(builder, encodingParams):
+    GraphAddEncodingParams(builder, encodingParams)
+
+def GraphStartEncodingParamsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartEncodingParamsVector(builder, numElems):
+    return GraphStartEncodingParamsVector(builder, numElems)
+
+def GraphAddEncodingArrayCounts(builder, encodingArrayCounts):
+    builder.PrependUOffsetTRelativeSlot(26, flatbuffers.number_types.UOffsetTFlags.py_type(encodingArrayCounts), 0)
+
+def AddEncodingArrayCounts(builder, encodingArrayCounts):
+    GraphAddEncodingArrayCounts(builder, encodingArrayCounts)
+
+def GraphStartEncodingArrayCountsVector(builder, numElems):
+    return builder.StartVector(2, numElems, 2)
+
+def StartEncodingArrayCountsVector(builder, numElems):
+    return GraphStartEncodingArrayCountsVector(builder, numElems)
+
+def GraphAddArrayNames(builder, arrayNames):
+    builder.PrependUOffsetTRelativeSlot(27, flatbuffers.number_types.UOffsetTFlags.py_type(arrayNames), 0)
+
+def AddArrayNames(builder, arrayNames):
+    GraphAddArrayNames(builder, arrayNames)
+
+def GraphStartArrayNamesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartArrayNamesVector(builder, numElems):
+    return GraphStartArrayNamesVector(builder, numElems)
+
+def GraphAddArrayBlobs(builder, arrayBlobs):
+    builder.PrependUOffsetTRelativeSlot(28, flatbuffers.number_types.UOffsetTFlags.py_type(arrayBlobs), 0)
+
+def AddArrayBlobs(builder, arrayBlobs):
+    GraphAddArrayBlobs(builder, arrayBlobs)
+
+def GraphStartArrayBlobsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartArrayBlobsVector(builder, numElems):
+    return GraphStartArrayBlobsVector(builder, numElems)
+
+def GraphAddArrayOffsets(builder, arrayOffsets):
+    builder.PrependUOffsetTRelativeSlot(29, flatbuffers.number_types.UOffsetTFlags.py_type(arrayOffsets), 0)
+
+def AddArrayOffsets(builder, arrayOffsets):
+    GraphAddArrayOffsets(builder, arrayOffsets)
+
+def GraphStartArrayOffsetsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartArrayOffsetsVector(builder, numElems):
+    return GraphStartArrayOffsetsVector(builder, numElems)
+
+def GraphAddArrayDtypes(builder, arrayDtypes):
+    builder.PrependUOffsetTRelativeSlot(30, flatbuffers.number_types.UOffsetTFlags.py_type(arrayDtypes), 0)
+
+def AddArrayDtypes(builder, arrayDtypes):
+    GraphAddArrayDtypes(builder, arrayDtypes)
+
+def GraphStartArrayDtypesVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartArrayDtypesVector(builder, numElems):
+    return GraphStartArrayDtypesVector(builder, numElems)
+
+def GraphAddArrayRanks(builder, arrayRanks):
+    builder.PrependUOffsetTRelativeSlot(31, flatbuffers.number_types.UOffsetTFlags.py_type(arrayRanks), 0)
+
+def AddArrayRanks(builder, arrayRanks):
+    GraphAddArrayRanks(builder, arrayRanks)
+
+def GraphStartArrayRanksVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartArrayRanksVector(builder, numElems):
+    return GraphStartArrayRanksVector(builder, numElems)
+
+def GraphAddArrayDims(builder, arrayDims):
+    builder.PrependUOffsetTRelativeSlot(32, flatbuffers.number_types.UOffsetTFlags.py_type(arrayDims), 0)
+
+def AddArrayDims(builder, arrayDims):
+    GraphAddArrayDims(builder, arrayDims)
+
+def GraphStartArrayDimsVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def StartArrayDimsVector(builder, numElems):
+    return GraphStartArrayDimsVector(builder, numElems)
 
 def GraphEnd(builder):
     return builder.EndObject()

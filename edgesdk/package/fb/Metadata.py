@@ -36,36 +36,29 @@ class Metadata(object):
         return None
 
     # Metadata
-    def Created(self):
+    def SourceSha256(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # Metadata
-    def SourceSha256(self):
+    def RecipeJson(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # Metadata
-    def RecipeJson(self):
+    def LayersJson(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
     # Metadata
-    def LayersJson(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
-        if o != 0:
-            return self._tab.String(o + self._tab.Pos)
-        return None
-
-    # Metadata
     def Accuracy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         if o != 0:
             x = self._tab.Indirect(o + self._tab.Pos)
             from edgesdk.package.fb.Accuracy import Accuracy
@@ -76,13 +69,13 @@ class Metadata(object):
 
     # Metadata
     def GraphMetadataJson(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             return self._tab.String(o + self._tab.Pos)
         return None
 
 def MetadataStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(6)
 
 def Start(builder):
     MetadataStart(builder)
@@ -93,38 +86,32 @@ def MetadataAddProducer(builder, producer):
 def AddProducer(builder, producer):
     MetadataAddProducer(builder, producer)
 
-def MetadataAddCreated(builder, created):
-    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(created), 0)
-
-def AddCreated(builder, created):
-    MetadataAddCreated(builder, created)
-
 def MetadataAddSourceSha256(builder, sourceSha256):
-    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(sourceSha256), 0)
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(sourceSha256), 0)
 
 def AddSourceSha256(builder, sourceSha256):
     MetadataAddSourceSha256(builder, sourceSha256)
 
 def MetadataAddRecipeJson(builder, recipeJson):
-    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(recipeJson), 0)
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(recipeJson), 0)
 
 def AddRecipeJson(builder, recipeJson):
     MetadataAddRecipeJson(builder, recipeJson)
 
 def MetadataAddLayersJson(builder, layersJson):
-    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(layersJson), 0)
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(layersJson), 0)
 
 def AddLayersJson(builder, layersJson):
     MetadataAddLayersJson(builder, layersJson)
 
 def MetadataAddAccuracy(builder, accuracy):
-    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(accuracy), 0)
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(accuracy), 0)
 
 def AddAccuracy(builder, accuracy):
     MetadataAddAccuracy(builder, accuracy)
 
 def MetadataAddGraphMetadataJson(builder, graphMetadataJson):
-    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(graphMetadataJson), 0)
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(graphMetadataJson), 0)
 
 def AddGraphMetadataJson(builder, graphMetadataJson):
     MetadataAddGraphMetadataJson(builder, graphMetadataJson)
