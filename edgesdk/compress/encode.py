@@ -90,7 +90,7 @@ def encode_sparse(w: np.ndarray, keep: np.ndarray, *, bits: int | None = None, p
     lengths = np.diff(row_ptr)
     length_bits = max(1, int(lengths.max(initial=0)).bit_length())
     common = dict(row_lengths=pack_bits(lengths, length_bits), length_bits=length_bits,
-                  deltas=pack_bits(deltas, delta_bits), delta_bits=delta_bits, nnz=len(rows))
+                  deltas=pack_bits(deltas, delta_bits), delta_bits=delta_bits)
     if bits is None:
         return SparseCSR(tuple(w.shape), values=_store(values, fp16), **common)
     return SparseCSR(tuple(w.shape), codebook=_store(book, fp16), indices=pack_bits(values, bits),

@@ -137,8 +137,15 @@ class SparseCSR(Encoding):
     codebook: np.ndarray | None = None  # (G, 2**value_bits)
     indices: np.ndarray | None = None  # uint8 packed at value_bits
     value_bits: int = 0
-    nnz: int = 0  # real non-zeros (entries minus fillers)
     kind: ClassVar[str] = "sparse_csr"
+
+    @functools.cached_property
+    def nnz(self) -> int:
+        """Real non-zeros: entries minus fillers (a filler's value is exactly 0, a kept weight's
+        codebook index is never the reserved 0). Counted, not stored: the stream says it."""
+        if self.codebook is None:
+            return int(np.count_nonzero(self.values))
+        return int(np.count_nonzero(unpack_bits(self.indices, self.value_bits, self.entries)))
 
     @functools.cached_property
     def row_ptr(self) -> np.ndarray:
@@ -184,8 +191,7 @@ class SparseCSR(Encoding):
         return out
 
     def params(self) -> Params:
-        return {"length_bits": self.length_bits, "delta_bits": self.delta_bits, "value_bits": self.value_bits,
-                "nnz": self.nnz}
+        return {"length_bits": self.length_bits, "delta_bits": self.delta_bits, "value_bits": self.value_bits}
 
     def describe(self) -> str:
         sparsity = 1 - self.nnz / max(1, self.rows * self.cols)

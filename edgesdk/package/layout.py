@@ -135,15 +135,16 @@ GRAPH_SECTION_DICTIONARY = "".join([
     "GlobalAveragePool", "AveragePool", "count_include_pad", "auto_pad", "NOTSET", "SAME_UPPER",
     "Identity", "Dropout", "Concat", "Clip", "MatMul", "Flatten", "Reshape", "shape",
     "nnm", "centroids", "assignment", "shared", "per_input_channel", "per_channel", "nnm_rate",
-    "global_prune", "per-input", "% fewer)", "/channel",
-    "source_name", "baseline_accuracy", "producer", "ir_version", "opset", "pytorch ", "edgesdk ",
+    "global_prune", "fp16",
+    # metadata: graph metadata, recipe and per-layer stats as the writer's compact JSON
     '{"source":"', '.onnx","producer":"pytorch 2.', '","opset":', ',"ir_version":',
+    ',"compression":{"baseline_accuracy":0.', "edgesdk 0.", "digits-test",
     '{"default":{"cluster_bits":', ',"fp16":true}', ',"layers":[{"match":"', '","prune":0.',
-    ',"cluster_bits":', "digits",
-    '[{"name":"', '","encoding":"cluster', '/layer/fp16","params":', ',"bytes_before":',
-    ',"bytes_after":', ',"error_rms":0.', '},{"name":"', "csr", "% zero)+cluster",
-    "zero_reserved", "clustered", "bits", "fp16", "values", "codebook", "indices", "row_ptr",
-    "deltas", "value_bits", "delta_bits", "nnz", "sparse_csr",
+    ',"cluster_bits":', '[{"name":"/', '","error_rms":0.', '},{"name":"/',
+    # encodings
+    "zero_reserved", "clustered", "bits", "values", "codebook", "indices",
+    "row_lengths", "length_bits", "deltas", "value_bits", "delta_bits", "sparse_csr",
+    # the commonest attributes and PyTorch exporter names
     "alpha", "beta", "transA", "transB", "Gemm", "ceil_mode", "MaxPool", "fused_activation",
     "Relu", "group", "pads", "dilations", "strides", "kernel_shape", "Conv",
     "_output_0", "/Relu", "/MaxPool", "/Conv", ".weight", ".bias", "input", "output", "logits",

@@ -352,7 +352,7 @@ class _GraphColumns:
             (g.AddStringLengths, [len(s) for s in encoded], "<u2", "string table"),
             (g.AddTensorDtypes, self.t_dtypes, "i1", "tensor dtypes"),
             (g.AddTensorRanks, self.t_ranks, "u1", "tensor ranks"),
-            (g.AddTensorDims, self.t_dims, "<i8", "tensor shapes"),
+            (g.AddTensorDims, _dims(self.t_dims, "a tensor"), "<i4", "tensor shapes"),
             (g.AddTensorBlobs, self.t_blobs, "<u4", "tensor blobs"),
             (g.AddTensorOffsets, self.t_offsets, "<u4", "tensor offsets"),
             (g.AddInputs, self.inputs, "<i4", "graph inputs"),
@@ -365,8 +365,8 @@ class _GraphColumns:
             (g.AddNodeAttributes, self.n_values, "<u4", "node attributes"),
             (g.AddValueNames, self.v_names, "<u4", "value names"),
             (g.AddValueKinds, self.v_kinds, "u1", "value kinds"),
-            (g.AddValueIntCounts, self.v_int_counts, "<u4", "value ints"),
-            (g.AddValueFloatCounts, self.v_float_counts, "<u4", "value floats"),
+            (g.AddValueIntCounts, _counts(self.v_int_counts, "integers"), "<u2", "value ints"),
+            (g.AddValueFloatCounts, _counts(self.v_float_counts, "floats"), "<u2", "value floats"),
             (g.AddValueInts, self.v_ints, "<i8", "integer values"),
             (g.AddValueFloats, self.v_floats, "<f8", "float values"),
             (g.AddEncodingTensors, self.e_tensors, "<u4", "encoding tensors"),
@@ -379,7 +379,7 @@ class _GraphColumns:
             (g.AddArrayOffsets, self.a_offsets, "<u4", "array offsets"),
             (g.AddArrayDtypes, self.a_dtypes, "i1", "array dtypes"),
             (g.AddArrayRanks, self.a_ranks, "u1", "array ranks"),
-            (g.AddArrayDims, self.a_dims, "<i8", "array shapes"),
+            (g.AddArrayDims, _dims(self.a_dims, "an encoded array"), "<i4", "array shapes"),
         ]
 
     def string(self, text: str) -> int:
@@ -501,6 +501,12 @@ def _rank(shape: tuple[int, ...], where: str) -> int:
     if len(shape) > 255:
         raise PackageError(f"{where} has rank {len(shape)}; packages hold at most 255")
     return len(shape)
+
+
+def _dims(values: list[int], what: str) -> list[int]:
+    if values and max(values) >= 1 << 31:
+        raise PackageError(f"{what} has a dimension of {max(values)}; packages hold dimensions below 2^31")
+    return values
 
 
 def _counts(values: list[int], what: str) -> list[int]:

@@ -148,14 +148,14 @@ class Graph(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
             a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
         return 0
 
     # Graph
     def TensorDimsAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
@@ -499,14 +499,14 @@ class Graph(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
         if o != 0:
             a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
         return 0
 
     # Graph
     def ValueIntCountsAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
         if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
         return 0
 
     # Graph
@@ -526,14 +526,14 @@ class Graph(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
         if o != 0:
             a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
         return 0
 
     # Graph
     def ValueFloatCountsAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
         if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
         return 0
 
     # Graph
@@ -877,14 +877,14 @@ class Graph(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
         if o != 0:
             a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
         return 0
 
     # Graph
     def ArrayDimsAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
         if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
@@ -966,7 +966,7 @@ def AddTensorDims(builder, tensorDims):
     GraphAddTensorDims(builder, tensorDims)
 
 def GraphStartTensorDimsVector(builder, numElems):
-    return builder.StartVector(8, numElems, 8)
+    return builder.StartVector(4, numElems, 4)
 
 def StartTensorDimsVector(builder, numElems):
     return GraphStartTensorDimsVector(builder, numElems)
@@ -1122,7 +1122,7 @@ def AddValueIntCounts(builder, valueIntCounts):
     GraphAddValueIntCounts(builder, valueIntCounts)
 
 def GraphStartValueIntCountsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
+    return builder.StartVector(2, numElems, 2)
 
 def StartValueIntCountsVector(builder, numElems):
     return GraphStartValueIntCountsVector(builder, numElems)
@@ -1134,7 +1134,7 @@ def AddValueFloatCounts(builder, valueFloatCounts):
     GraphAddValueFloatCounts(builder, valueFloatCounts)
 
 def GraphStartValueFloatCountsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
+    return builder.StartVector(2, numElems, 2)
 
 def StartValueFloatCountsVector(builder, numElems):
     return GraphStartValueFloatCountsVector(builder, numElems)
@@ -1290,7 +1290,7 @@ def AddArrayDims(builder, arrayDims):
     GraphAddArrayDims(builder, arrayDims)
 
 def GraphStartArrayDimsVector(builder, numElems):
-    return builder.StartVector(8, numElems, 8)
+    return builder.StartVector(4, numElems, 4)
 
 def StartArrayDimsVector(builder, numElems):
     return GraphStartArrayDimsVector(builder, numElems)
