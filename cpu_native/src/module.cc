@@ -4,6 +4,8 @@
 
 #include "cpu_features.h"
 
+void register_kernels(pybind11::module_& m);  // bindings_kernels.cc
+
 namespace py = pybind11;
 
 #if !defined(EDGESDK_VERSION) || !defined(EDGESDK_COMPILER_ID) || !defined(EDGESDK_COMPILER_VERSION)
@@ -42,4 +44,5 @@ PYBIND11_MODULE(_native, m) {
         "Dict with arch, vendor, model and flags {name: bool} (fixed key set per arch).");
   m.def("build_info", &build_info,
         "Dict with the compiler id and version, the target arch and the C++ standard (17, 20, ...).");
+  register_kernels(m);
 }

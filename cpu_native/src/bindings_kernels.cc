@@ -1,0 +1,365 @@
+// Python face of the kernel library: edgesdk._native.kernels. Zero-copy: every array argument
+// must already be a C-contiguous numpy array of the stated dtype (nothing is converted or
+// copied; outputs are written in place into caller-provided arrays), and the GIL is released
+// while a kernel runs. Packed weights and convolution plans are opaque objects built once.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/operators.h"
+#include "kernels/thread_pool.h"
+
+namespace py = pybind11;
+namespace k = edgesdk::kernels;
+
+namespace {
+
+template <class T>
+void require_array(const py::array& a, const char* name, bool writable) {
+  if (!py::isinstance<py::array_t<T>>(a) || !a.dtype().is(py::dtype::of<T>()))
+    throw py::type_error(std::string(name) + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) +
+                         ", got " + std::string(py::str(a.dtype())));
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(name) + ": must be C-contiguous");
+  if (writable && !a.writeable()) throw py::value_error(std::string(name) + ": must be writable");
+}
+
+const float* in_f32(const py::array& a, const char* name) {
+  require_array<float>(a, name, false);
+  return static_cast<const float*>(a.data());
+}
+
+float* out_f32(py::array& a, const char* name) {
+  require_array<float>(a, name, true);
+  return static_cast<float*>(a.mutable_data());
+}
+
+std::vector<size_t> shape_of(const py::array& a) {
+  std::vector<size_t> s(static_cast<size_t>(a.ndim()));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<size_t>(a.shape(static_cast<py::ssize_t>(i)));
+  return s;
+}
+
+void expect_shape(const py::array& a, const std::vector<size_t>& want, const char* name) {
+  if (shape_of(a) != want) {
+    std::string w = "(";
+    for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + std::to_string(want[i]);
+    throw py::value_error(std::string(name) + ": expected shape " + w + ")");
+  }
+}
+
+k::Activation make_act(const std::string& name, std::optional<float> alpha, std::optional<float> beta) {
+  if (name == "none") return k::act_none();
+  if (name == "relu") return k::act_relu();
+  if (name == "relu6") return k::act_clip(0.0f, 6.0f);
+  if (name == "clip") {
+    if (!alpha || !beta) throw py::value_error("clip needs alpha (min) and beta (max)");
+    return k::act_clip(*alpha, *beta);
+  }
+  if (name == "hardswish") return {k::ActKind::HardSwish, alpha.value_or(1.0f / 6.0f), beta.value_or(0.5f)};
+  if (name == "hardsigmoid") return k::act_hardsigmoid(alpha.value_or(0.2f), beta.value_or(0.5f));
+  if (name == "sigmoid") return k::act_sigmoid();
+  if (name == "tanh") return k::act_tanh();
+  if (name == "leaky_relu") return k::act_leaky_relu(alpha.value_or(0.01f));
+  throw py::value_error("unknown activation '" + name +
+                        "' (none, relu, relu6, clip, hardswish, hardsigmoid, sigmoid, tanh, leaky_relu)");
+}
+
+const k::KernelTable* table_for(const std::optional<std::string>& isa) {
+  return isa ? &k::kernels_for(k::parse_isa(*isa)) : &k::active_kernels();
+}
+
+k::ConvGeometry make_geometry(std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
+                              std::pair<size_t, size_t> dilation, std::vector<size_t> pads) {
+  if (pads.size() != 4) throw py::value_error("pads must be (top, left, bottom, right)");
+  k::ConvGeometry g;
+  g.kh = kernel.first; g.kw = kernel.second;
+  g.stride_h = stride.first; g.stride_w = stride.second;
+  g.dil_h = dilation.first; g.dil_w = dilation.second;
+  g.pad_top = pads[0]; g.pad_left = pads[1]; g.pad_bottom = pads[2]; g.pad_right = pads[3];
+  return g;
+}
+
+// Convolution plan holding (a reference to) its packed weights.
+struct PyConvPlan {
+  std::shared_ptr<k::PackedGemmWeights> weights;
+  k::ConvPlan plan;
+  size_t n, h, w, c;
+};
+
+}  // namespace
+
+#define ACT_ARGS py::arg("act") = "none", py::arg("alpha") = py::none(), py::arg("beta") = py::none()
+
+void register_kernels(py::module_& m) {
+  py::module_ km = m.def_submodule("kernels", "SIMD kernel library (zero-copy numpy entry points).");
+
+  km.def("supported_isas", [] {
+    std::vector<std::string> out;
+    for (k::Isa isa : k::supported_isas()) out.emplace_back(k::isa_name(isa));
+    return out;
+  }, "ISA levels this CPU can run, lowest first.");
+  km.def("active_isa", [] { return std::string(k::active_kernels().name); }, "The level kernels use by default.");
+  km.def("set_isa", [](const std::string& name) { k::set_active_isa(k::parse_isa(name)); },
+         "Forces a level (scalar, avx2, avx512, neon) process-wide; raises if this CPU cannot run it.");
+  km.def("reset_isa", &k::reset_active_isa, "Back to the best level (or EDGESDK_CPU_ISA).");
+  km.def("hardware_threads", &k::hardware_threads);
+
+  py::class_<k::PackedGemmWeights, std::shared_ptr<k::PackedGemmWeights>>(km, "PackedGemmWeights")
+      .def_property_readonly("n", [](const k::PackedGemmWeights& w) { return w.n; })
+      .def_property_readonly("k", [](const k::PackedGemmWeights& w) { return w.k; })
+      .def_property_readonly("nr", [](const k::PackedGemmWeights& w) { return w.nr; })
+      .def_property_readonly("fp16", [](const k::PackedGemmWeights& w) { return w.type == k::WeightType::F16; })
+      .def_property_readonly("isa", [](const k::PackedGemmWeights& w) { return std::string(w.table->name); });
+
+  km.def("pack_gemm", [](const py::array& w, std::optional<py::array> bias, const std::string& layout, bool fp16,
+                         std::optional<std::string> isa) {
+    if (w.ndim() != 2) throw py::value_error("w must be 2-D");
+    if (layout != "nk" && layout != "kn") throw py::value_error("layout must be 'nk' or 'kn'");
+    const bool nk = layout == "nk";
+    const size_t n = static_cast<size_t>(w.shape(nk ? 0 : 1)), kk = static_cast<size_t>(w.shape(nk ? 1 : 0));
+    const float* b = nullptr;
+    if (bias) {
+      b = in_f32(*bias, "bias");
+      expect_shape(*bias, {n}, "bias");
+    }
+    const k::KernelTable* t = table_for(isa);
+    const auto wl = nk ? k::WeightLayout::NK : k::WeightLayout::KN;
+    const auto type = fp16 ? k::WeightType::F16 : k::WeightType::F32;
+    if (w.dtype().kind() == 'f' && w.itemsize() == 2) {  // numpy float16: IEEE binary16 bits
+      if (!(w.flags() & py::array::c_style)) throw py::value_error("w: must be C-contiguous");
+      const auto* h = static_cast<const uint16_t*>(w.data());
+      return std::make_shared<k::PackedGemmWeights>(k::pack_gemm_weights_f16(h, n, kk, wl, b, type, t));
+    }
+    return std::make_shared<k::PackedGemmWeights>(k::pack_gemm_weights(in_f32(w, "w"), n, kk, wl, b, type, t));
+  }, py::arg("w"), py::arg("bias") = py::none(), py::arg("layout") = "nk", py::arg("fp16") = false,
+     py::arg("isa") = py::none(),
+     "Packs weights (float32, or float16 stored as fp16) given as N x K ('nk') or K x N ('kn') into "
+     "NR-wide panels, fp32 or fp16 (fp16=True).");
+
+  km.def("gemm", [](const py::array& a, const k::PackedGemmWeights& w, py::array& out, const std::string& act,
+                    std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+    const float* ap = in_f32(a, "a");
+    if (a.ndim() != 2 || static_cast<size_t>(a.shape(1)) != w.k) throw py::value_error("a must be (M, K)");
+    const size_t m = static_cast<size_t>(a.shape(0));
+    expect_shape(out, {m, w.n}, "out");
+    float* op = out_f32(out, "out");
+    const k::Activation ac = make_act(act, alpha, beta);
+    py::gil_scoped_release release;
+    k::gemm(ap, m, w.k, w, op, w.n, ac, threads);
+  }, py::arg("a"), py::arg("w"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
+     "out[M, N] = act(a[M, K] @ W + bias).");
+
+  py::class_<PyConvPlan>(km, "ConvPlan")
+      .def(py::init([](std::shared_ptr<k::PackedGemmWeights> w, std::vector<size_t> input_shape,
+                       std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
+                       std::pair<size_t, size_t> dilation, std::vector<size_t> pads) {
+             if (input_shape.size() != 4) throw py::value_error("input_shape must be (N, H, W, C)");
+             const k::ConvGeometry g = make_geometry(kernel, stride, dilation, pads);
+             return new PyConvPlan{w, k::ConvPlan(input_shape[0], input_shape[1], input_shape[2], input_shape[3], g, *w),
+                                   input_shape[0], input_shape[1], input_shape[2], input_shape[3]};
+           }),
+           py::arg("w"), py::arg("input_shape"), py::arg("kernel"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
+           py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
+           "Plan for an NHWC convolution with weights packed from OHWI as (O, KH*KW*C).")
+      .def_property_readonly("output_shape", [](const PyConvPlan& p) {
+        return std::vector<size_t>{p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n};
+      })
+      .def_property_readonly("is_gemm", [](const PyConvPlan& p) { return p.plan.is_gemm(); })
+      .def("run", [](PyConvPlan& p, const py::array& x, py::array& out, const std::string& act,
+                     std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+        expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
+        expect_shape(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out");
+        const float* xp = in_f32(x, "x");
+        float* op = out_f32(out, "out");
+        const k::Activation ac = make_act(act, alpha, beta);
+        py::gil_scoped_release release;
+        p.plan.run(xp, op, ac, threads);
+      }, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
+
+  km.def("depthwise_conv", [](const py::array& x, const py::array& w, std::optional<py::array> bias, py::array& out,
+                              std::pair<size_t, size_t> stride, std::pair<size_t, size_t> dilation,
+                              std::vector<size_t> pads, const std::string& act, std::optional<float> alpha,
+                              std::optional<float> beta, size_t threads) {
+    if (x.ndim() != 4 || w.ndim() != 3) throw py::value_error("x must be (N, H, W, C) and w (KH, KW, C*multiplier)");
+    const auto xs = shape_of(x), ws = shape_of(w);
+    if (ws[2] % xs[3] != 0) throw py::value_error("w's last dim must be a multiple of C");
+    const size_t mult = ws[2] / xs[3];
+    const k::ConvGeometry g = make_geometry({ws[0], ws[1]}, stride, dilation, pads);
+    const size_t oh = k::conv_output_size(xs[1], g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+    const size_t ow = k::conv_output_size(xs[2], g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+    expect_shape(out, {xs[0], oh, ow, ws[2]}, "out");
+    const float* b = nullptr;
+    if (bias) {
+      b = in_f32(*bias, "bias");
+      expect_shape(*bias, {ws[2]}, "bias");
+    }
+    const float* xp = in_f32(x, "x");
+    const float* wp = in_f32(w, "w");
+    float* op = out_f32(out, "out");
+    const k::Activation ac = make_act(act, alpha, beta);
+    py::gil_scoped_release release;
+    k::depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, b, op, ac, threads);
+  }, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("out"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
+     py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
+     ACT_ARGS, py::arg("threads") = 1, "NHWC depthwise convolution, w (KH, KW, C*multiplier).");
+
+  auto pool = [](k::PoolKind kind) {
+    return [kind](const py::array& x, py::array& out, std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
+                  std::pair<size_t, size_t> dilation, std::vector<size_t> pads, bool count_include_pad,
+                  const std::string& act, std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+      if (x.ndim() != 4) throw py::value_error("x must be (N, H, W, C)");
+      const auto xs = shape_of(x);
+      const k::ConvGeometry g = make_geometry(kernel, stride, dilation, pads);
+      const size_t oh = k::conv_output_size(xs[1], g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+      const size_t ow = k::conv_output_size(xs[2], g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+      expect_shape(out, {xs[0], oh, ow, xs[3]}, "out");
+      const float* xp = in_f32(x, "x");
+      float* op = out_f32(out, "out");
+      const k::Activation ac = make_act(act, alpha, beta);
+      py::gil_scoped_release release;
+      k::pool2d(kind, xp, xs[0], xs[1], xs[2], xs[3], g, count_include_pad, op, ac, threads);
+    };
+  };
+  for (const auto& [name, kind] : {std::pair{"max_pool", k::PoolKind::Max}, std::pair{"avg_pool", k::PoolKind::Average}})
+    km.def(name, pool(kind), py::arg("x"), py::arg("out"), py::arg("kernel"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
+           py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
+           py::arg("count_include_pad") = false, ACT_ARGS, py::arg("threads") = 1, "NHWC pooling.");
+
+  km.def("global_avg_pool", [](const py::array& x, py::array& out, const std::string& act, std::optional<float> alpha,
+                               std::optional<float> beta, size_t threads) {
+    if (x.ndim() != 4) throw py::value_error("x must be (N, H, W, C)");
+    const auto xs = shape_of(x);
+    expect_shape(out, {xs[0], xs[3]}, "out");
+    const float* xp = in_f32(x, "x");
+    float* op = out_f32(out, "out");
+    const k::Activation ac = make_act(act, alpha, beta);
+    py::gil_scoped_release release;
+    k::global_avgpool(xp, xs[0], xs[1] * xs[2], xs[3], op, ac, threads);
+  }, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1, "(N, H, W, C) -> (N, C) mean.");
+
+  km.def("binary", [](const std::string& op, const py::array& a, const py::array& b, py::array& out, bool b_first,
+                      const std::string& act, std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+    const k::BinaryOp bop = op == "add" ? k::BinaryOp::Add : op == "sub" ? k::BinaryOp::Sub : op == "mul" ? k::BinaryOp::Mul
+        : throw py::value_error("op must be add, sub or mul");
+    if (a.ndim() < 1) throw py::value_error("a must have at least one dimension");
+    const size_t c = static_cast<size_t>(a.shape(a.ndim() - 1)), total = static_cast<size_t>(a.size());
+    const size_t rows = c == 0 ? 0 : total / c;
+    const size_t bsize = static_cast<size_t>(b.size());
+    // b broadcasts: same shape, one value per channel (last dim), or a scalar.
+    const k::Broadcast bc = shape_of(b) == shape_of(a) ? k::Broadcast::None
+                            : bsize == 1               ? k::Broadcast::Scalar
+                            : bsize == c               ? k::Broadcast::PerChannel
+                            : throw py::value_error("b must have a's shape, C = a.shape[-1] values, or one value");
+    expect_shape(out, shape_of(a), "out");
+    const float* ap = in_f32(a, "a");
+    const float* bp = in_f32(b, "b");
+    float* op_ = out_f32(out, "out");
+    const k::Activation ac = make_act(act, alpha, beta);
+    py::gil_scoped_release release;
+    k::binary(bop, bc, ap, bp, op_, rows, c, ac, threads, b_first);
+  }, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out"), py::arg("b_first") = false, ACT_ARGS,
+     py::arg("threads") = 1, "out = act(a op b) (b op a with b_first), b broadcast per channel or as a scalar.");
+
+  km.def("activation", [](py::array& x, const std::string& act, std::optional<float> alpha, std::optional<float> beta,
+                          size_t threads) {
+    float* xp = out_f32(x, "x");
+    const size_t n = static_cast<size_t>(x.size());
+    const k::Activation ac = make_act(act, alpha, beta);
+    py::gil_scoped_release release;
+    k::activation(xp, n, ac, threads);
+  }, py::arg("x"), ACT_ARGS, py::arg("threads") = 1, "In-place activation.");
+
+  km.def("softmax", [](const py::array& x, py::array& out, size_t threads) {
+    if (x.ndim() < 1) throw py::value_error("x must have at least one dimension");
+    expect_shape(out, shape_of(x), "out");
+    const size_t n = static_cast<size_t>(x.shape(x.ndim() - 1));
+    const size_t rows = n == 0 ? 0 : static_cast<size_t>(x.size()) / n;
+    const float* xp = in_f32(x, "x");
+    float* op = out_f32(out, "out");
+    py::gil_scoped_release release;
+    k::softmax(xp, op, rows, n, threads);
+  }, py::arg("x"), py::arg("out"), py::arg("threads") = 1, "Two-pass softmax over the last axis (out may be x).");
+
+  py::class_<k::ClusteredWeights, std::shared_ptr<k::ClusteredWeights>>(km, "ClusteredWeights")
+      .def_property_readonly("n", [](const k::ClusteredWeights& w) { return w.n; })
+      .def_property_readonly("k", [](const k::ClusteredWeights& w) { return w.k; })
+      .def_property_readonly("bits", [](const k::ClusteredWeights& w) { return w.bits; })
+      .def_property_readonly("isa", [](const k::ClusteredWeights& w) { return std::string(w.table->name); })
+      .def_property_readonly("nbytes", [](const k::ClusteredWeights& w) {
+        return w.words.size() * 4 + w.tables.size() * 4;
+      });
+
+  km.def("pack_clustered", [](const py::array& indices, unsigned bits, size_t rows, size_t cols, const py::array& codebook,
+                              std::optional<py::array> bias, std::optional<std::string> isa) {
+    require_array<uint8_t>(indices, "indices", false);
+    if (bits < 1 || bits > 8) throw py::value_error("bits must be 1..8");
+    if (static_cast<size_t>(indices.size()) * 8 < rows * cols * bits) throw py::value_error("indices: stream too short");
+    const size_t entries = size_t{1} << bits;
+    if (codebook.ndim() != 2 || static_cast<size_t>(codebook.shape(1)) != entries ||
+        (static_cast<size_t>(codebook.shape(0)) != 1 && static_cast<size_t>(codebook.shape(0)) != rows))
+      throw py::value_error("codebook must be (1 or rows, 2**bits)");
+    const bool per_row = static_cast<size_t>(codebook.shape(0)) == rows && rows != 1;
+    const float* b = nullptr;
+    if (bias) {
+      b = in_f32(*bias, "bias");
+      expect_shape(*bias, {rows}, "bias");
+    }
+    const auto* idx = static_cast<const uint8_t*>(indices.data());
+    const k::KernelTable* t = table_for(isa);
+    if (codebook.dtype().kind() == 'f' && codebook.itemsize() == 2) {
+      if (!(codebook.flags() & py::array::c_style)) throw py::value_error("codebook: must be C-contiguous");
+      return std::make_shared<k::ClusteredWeights>(k::pack_clustered_f16(
+          idx, bits, rows, cols, static_cast<const uint16_t*>(codebook.data()), per_row, b, t));
+    }
+    return std::make_shared<k::ClusteredWeights>(
+        k::pack_clustered(idx, bits, rows, cols, in_f32(codebook, "codebook"), per_row, b, t));
+  }, py::arg("indices"), py::arg("bits"), py::arg("rows"), py::arg("cols"), py::arg("codebook"),
+     py::arg("bias") = py::none(), py::arg("isa") = py::none(),
+     "Packs b-bit indices (LSB-first stream over the row-major rows x cols matrix) and a float32 or "
+     "float16 codebook (1 or rows, 2**bits) for clustered_gemm.");
+
+  km.def("clustered_gemm", [](const py::array& x, const k::ClusteredWeights& w, py::array& out, const std::string& act,
+                              std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+    if (x.ndim() != 2 || static_cast<size_t>(x.shape(1)) != w.k) throw py::value_error("x must be (M, K)");
+    const size_t m = static_cast<size_t>(x.shape(0));
+    expect_shape(out, {m, w.n}, "out");
+    const float* xp = in_f32(x, "x");
+    float* op = out_f32(out, "out");
+    const k::Activation ac = make_act(act, alpha, beta);
+    py::gil_scoped_release release;
+    k::clustered_gemm(xp, m, w.k, w, op, w.n, ac, threads);
+  }, py::arg("x"), py::arg("w"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
+     "out[M, N] = act(x @ W.T + bias) with W looked up from the codebook in registers.");
+
+  km.def("nnm_gather", [](const py::array& cent, const py::array& assign, std::optional<py::array> bias, py::array& out,
+                          const std::string& act, std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+    require_array<int32_t>(assign, "assign", false);
+    if (assign.ndim() != 2) throw py::value_error("assign must be (groups, K)");
+    const size_t groups = static_cast<size_t>(assign.shape(0)), kk = static_cast<size_t>(assign.shape(1));
+    if (cent.ndim() < 1 || static_cast<size_t>(cent.shape(cent.ndim() - 1)) % groups != 0)
+      throw py::value_error("cent's last dim must be groups * K'");
+    const size_t width = static_cast<size_t>(cent.shape(cent.ndim() - 1)), kc = width / groups;
+    const size_t pixels = width == 0 ? 0 : static_cast<size_t>(cent.size()) / width;
+    std::vector<size_t> want = shape_of(cent);
+    want.back() = kk;
+    expect_shape(out, want, "out");
+    const float* b = nullptr;
+    if (bias) {
+      b = in_f32(*bias, "bias");
+      expect_shape(*bias, {kk}, "bias");
+    }
+    const float* cp = in_f32(cent, "cent");
+    float* op = out_f32(out, "out");
+    const auto* ap = static_cast<const int32_t*>(assign.data());
+    const k::Activation ac = make_act(act, alpha, beta);
+    py::gil_scoped_release release;
+    k::nnm_gather(cp, pixels, width, groups, kc, ap, kk, b, op, kk, ac, threads);
+  }, py::arg("cent"), py::arg("assign"), py::arg("bias"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
+     "NNM: out[..., k] = act(bias[k] + sum_g cent[..., g*K' + assign[g, k]]).");
+}

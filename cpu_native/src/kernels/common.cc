@@ -1,0 +1,115 @@
+// Portable helpers (built without ISA flags; see the ODR note in common.h).
+#include "kernels/common.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+namespace edgesdk::kernels {
+
+Activation act_none() { return {}; }
+Activation act_relu() { return {ActKind::Relu, 0.0f, 0.0f}; }
+Activation act_clip(float lo, float hi) { return {ActKind::Clip, lo, hi}; }
+Activation act_hardswish() { return {ActKind::HardSwish, 1.0f / 6.0f, 0.5f}; }
+Activation act_hardsigmoid(float alpha, float beta) { return {ActKind::HardSigmoid, alpha, beta}; }
+Activation act_sigmoid() { return {ActKind::Sigmoid, 0.0f, 0.0f}; }
+Activation act_tanh() { return {ActKind::Tanh, 0.0f, 0.0f}; }
+Activation act_leaky_relu(float alpha) { return {ActKind::LeakyRelu, alpha, 0.0f}; }
+
+const char* act_name(ActKind kind) {
+  switch (kind) {
+    case ActKind::None: return "none";
+    case ActKind::Relu: return "relu";
+    case ActKind::Clip: return "clip";
+    case ActKind::HardSwish: return "hardswish";
+    case ActKind::HardSigmoid: return "hardsigmoid";
+    case ActKind::Sigmoid: return "sigmoid";
+    case ActKind::Tanh: return "tanh";
+    case ActKind::LeakyRelu: return "leaky_relu";
+  }
+  return "?";
+}
+
+MinMax clamp_part(const Activation& act) {
+  const float inf = std::numeric_limits<float>::infinity();
+  switch (act.kind) {
+    case ActKind::Relu: return {0.0f, inf};
+    case ActKind::Clip: return {act.alpha, act.beta};
+    default: return {-inf, inf};
+  }
+}
+
+bool needs_post_pass(const Activation& act) {
+  return act.kind != ActKind::None && act.kind != ActKind::Relu && act.kind != ActKind::Clip;
+}
+
+float activate_reference(float x, const Activation& act) {
+  switch (act.kind) {
+    case ActKind::None: return x;
+    case ActKind::Relu: return x > 0.0f ? x : 0.0f;
+    case ActKind::Clip: return std::fmin(std::fmax(x, act.alpha), act.beta);
+    case ActKind::HardSwish: return x * std::fmin(std::fmax(act.alpha * x + act.beta, 0.0f), 1.0f);
+    case ActKind::HardSigmoid: return std::fmin(std::fmax(act.alpha * x + act.beta, 0.0f), 1.0f);
+    case ActKind::Sigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
+    case ActKind::Tanh: return static_cast<float>(std::tanh(static_cast<double>(x)));
+    case ActKind::LeakyRelu: return x >= 0.0f ? x : act.alpha * x;
+  }
+  return x;
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal half: normalise
+    exp = 113;
+    while ((mant & 0x400u) == 0) { mant <<= 1; --exp; }
+    bits = sign | (exp << 23) | ((mant & 0x3FFu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t fp32_to_fp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t absx = x & 0x7FFFFFFFu;
+  if (absx >= 0x7F800000u) return sign | (absx > 0x7F800000u ? 0x7E00u : 0x7C00u);
+  if (absx >= 0x477FF000u) return sign | 0x7C00u;  // rounds to >= 65520: overflow to inf
+  if (absx < 0x38800000u) {                          // below the smallest normal half: subnormal
+    if (absx < 0x33000000u) return sign;              // < 2^-25 rounds to zero
+    const uint32_t shift = 126 - (absx >> 23);        // 14..24
+    const uint32_t mant = (absx & 0x7FFFFFu) | 0x800000u;
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t half = ((absx >> 13) - (112u << 10));
+  const uint32_t rem = absx & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into the exponent: fine
+  return sign | static_cast<uint16_t>(half);
+}
+
+void* aligned_alloc_bytes(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  if (posix_memalign(&p, 64, round_up(bytes, 64)) != 0) throw std::bad_alloc();
+  return p;
+}
+
+void aligned_free_bytes(void* p) { std::free(p); }
+
+}  // namespace edgesdk::kernels

@@ -1,0 +1,120 @@
+// AVX-512 GEMM microkernels, 8x32: 16 zmm accumulators (of 32 registers), 2 weight vectors, 1
+// broadcast; tails use lane masks. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma
+// -mf16c; selected at run time only.
+// GCC 12 flags its own _mm512_undefined_* helpers as maybe-uninitialized when inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "kernels/ukernels.h"
+
+namespace edgesdk::kernels {
+namespace {
+
+constexpr size_t MR = kAvx512MR;  // 8
+
+static inline __mmask16 first_lanes(size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+static inline __m512 load_w16(const float* w) { return _mm512_load_ps(w); }
+static inline __m512 load_w16(const uint16_t* w) {
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)));
+}
+
+template <class W>
+void igemm_8x32(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w_raw,
+                const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+  const W* w = static_cast<const W*>(w_raw);
+  const __mmask16 m0 = first_lanes(nr < 16 ? nr : 16), m1 = first_lanes(nr > 16 ? nr - 16 : 0);
+  __m512 acc[MR][2];
+  if (flags & kGemmAccumulate) {
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i) {
+      const bool live = i < mr;
+      acc[i][0] = live ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
+      acc[i][1] = live ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+    }
+  } else {
+    const __m512 b0 = bias != nullptr ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+    const __m512 b1 = bias != nullptr ? _mm512_loadu_ps(bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i) { acc[i][0] = b0; acc[i][1] = b1; }
+  }
+  if (mr == 1) {
+    // GEMV (batch 1): one row, memory-bound on the weights; two k per step for two FMA chains.
+    __m512 e0 = _mm512_setzero_ps(), e1 = _mm512_setzero_ps();
+    for (size_t s = 0; s < ks; ++s) {
+      const float* a0 = a[s * MR];
+      size_t k = 0;
+      for (; k + 2 <= kc; k += 2) {
+        const __m512 x0 = _mm512_set1_ps(a0[k]), x1 = _mm512_set1_ps(a0[k + 1]);
+        acc[0][0] = _mm512_fmadd_ps(x0, load_w16(w), acc[0][0]);
+        acc[0][1] = _mm512_fmadd_ps(x0, load_w16(w + 16), acc[0][1]);
+        e0 = _mm512_fmadd_ps(x1, load_w16(w + 32), e0);
+        e1 = _mm512_fmadd_ps(x1, load_w16(w + 48), e1);
+        w += 64;
+      }
+      if (k < kc) {
+        const __m512 x0 = _mm512_set1_ps(a0[k]);
+        acc[0][0] = _mm512_fmadd_ps(x0, load_w16(w), acc[0][0]);
+        acc[0][1] = _mm512_fmadd_ps(x0, load_w16(w + 16), acc[0][1]);
+        w += 32;
+      }
+    }
+    acc[0][0] = _mm512_add_ps(acc[0][0], e0);
+    acc[0][1] = _mm512_add_ps(acc[0][1], e1);
+  } else {
+    for (size_t s = 0; s < ks; ++s) {
+      const float* const* rows = a + s * MR;
+      const float* r0 = rows[0];
+      const float* r1 = rows[1];
+      const float* r2 = rows[2];
+      const float* r3 = rows[3];
+      const float* r4 = rows[4];
+      const float* r5 = rows[5];
+      const float* r6 = rows[6];
+      const float* r7 = rows[7];
+      for (size_t k = 0; k < kc; ++k) {
+        const __m512 w0 = load_w16(w);
+        const __m512 w1 = load_w16(w + 16);
+        w += 32;
+        __m512 av;
+#define EDGESDK_ROW(i, r)                                   \
+    av = _mm512_set1_ps(r[k]);                                \
+    acc[i][0] = _mm512_fmadd_ps(av, w0, acc[i][0]);           \
+    acc[i][1] = _mm512_fmadd_ps(av, w1, acc[i][1]);
+        EDGESDK_ROW(0, r0) EDGESDK_ROW(1, r1) EDGESDK_ROW(2, r2) EDGESDK_ROW(3, r3)
+        EDGESDK_ROW(4, r4) EDGESDK_ROW(5, r5) EDGESDK_ROW(6, r6) EDGESDK_ROW(7, r7)
+#undef EDGESDK_ROW
+      }
+  }
+  }
+  if (flags & kGemmFinal) {
+    const __m512 lo = _mm512_set1_ps(clamp->min), hi = _mm512_set1_ps(clamp->max);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i) {
+      acc[i][0] = _mm512_min_ps(_mm512_max_ps(acc[i][0], lo), hi);
+      acc[i][1] = _mm512_min_ps(_mm512_max_ps(acc[i][1], lo), hi);
+    }
+  }
+#pragma GCC unroll 8
+  for (size_t i = 0; i < MR; ++i) {
+    if (i < mr) {
+      _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
+      _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
+    }
+  }
+}
+
+}  // namespace
+
+void f32_igemm_avx512(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
+                      const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+  igemm_8x32<float>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
+}
+
+void f32_f16w_igemm_avx512(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a,
+                           const void* w, const float* bias, float* c, size_t ldc, uint32_t flags,
+                           const MinMax* clamp) {
+  igemm_8x32<uint16_t>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
+}
+
+}  // namespace edgesdk::kernels

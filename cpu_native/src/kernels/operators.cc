@@ -1,0 +1,484 @@
+// Drivers around the microkernels: packing, cache blocking, tiling for threads, plans.
+#include "kernels/operators.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/thread_pool.h"
+
+namespace edgesdk::kernels {
+namespace {
+
+const KernelTable& table_or_active(const KernelTable* t) { return t != nullptr ? *t : active_kernels(); }
+
+void require(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+// Bytes of one packed B panel the microkernel streams per K block: sized to stay in L1 next to
+// the MR rows of A it multiplies.
+constexpr size_t kPanelBlockBytes = 20 * 1024;
+
+// Splits K into equal blocks of at most the L1 budget.
+size_t k_block(size_t k, size_t nr, size_t elem) {
+  const size_t max_kc = max_size(64, kPanelBlockBytes / (nr * elem));
+  const size_t blocks = div_up(k, max_kc);
+  return div_up(k, blocks);
+}
+
+float source_value(const float* w, size_t i) { return w[i]; }
+float source_value(const uint16_t* w, size_t i) { return fp16_to_fp32(w[i]); }
+uint16_t source_half(const float* w, size_t i) { return fp32_to_fp16(w[i]); }
+uint16_t source_half(const uint16_t* w, size_t i) { return w[i]; }
+
+template <class Src>
+PackedGemmWeights pack_gemm_impl(const Src* w, size_t n, size_t k, WeightLayout layout, const float* bias,
+                                 WeightType type, const KernelTable* t) {
+  require(n > 0 && k > 0, "pack_gemm_weights: empty matrix");
+  PackedGemmWeights out;
+  out.table = &table_or_active(t);
+  out.n = n;
+  out.k = k;
+  out.nr = out.table->gemm_nr;
+  out.type = type;
+  const size_t nr = out.nr, panels = out.panel_count();
+  out.panels = AlignedBuffer<uint8_t>(panels * k * nr * out.elem_size());
+  out.bias = AlignedBuffer<float>(panels * nr);
+  for (size_t j = 0; j < panels * nr; ++j) out.bias[j] = (bias != nullptr && j < n) ? bias[j] : 0.0f;
+  for (size_t p = 0; p < panels; ++p) {
+    for (size_t kk = 0; kk < k; ++kk) {
+      for (size_t j = 0; j < nr; ++j) {
+        const size_t col = p * nr + j;
+        const size_t dst = (p * k + kk) * nr + j;
+        const bool live = col < n;
+        const size_t src = layout == WeightLayout::NK ? col * k + kk : kk * n + col;
+        if (type == WeightType::F32) {
+          reinterpret_cast<float*>(out.panels.data())[dst] = live ? source_value(w, src) : 0.0f;
+        } else {
+          reinterpret_cast<uint16_t*>(out.panels.data())[dst] = live ? source_half(w, src) : 0;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+IgemmUkernel ukernel_of(const PackedGemmWeights& w) {
+  return w.type == WeightType::F16 ? w.table->igemm_f16w : w.table->igemm_f32w;
+}
+
+// Post-pass for activations the microkernel cannot fuse as a clamp: on the tile just written.
+void post_activate(const KernelTable& t, float* c, size_t ldc, size_t rows, size_t cols, const Activation& act) {
+  for (size_t i = 0; i < rows; ++i) t.activation(c + i * ldc, cols, &act);
+}
+
+}  // namespace
+
+PackedGemmWeights pack_gemm_weights(const float* w, size_t n, size_t k, WeightLayout layout, const float* bias,
+                                    WeightType type, const KernelTable* t) {
+  return pack_gemm_impl(w, n, k, layout, bias, type, t);
+}
+
+PackedGemmWeights pack_gemm_weights_f16(const uint16_t* w, size_t n, size_t k, WeightLayout layout,
+                                        const float* bias, WeightType type, const KernelTable* t) {
+  return pack_gemm_impl(w, n, k, layout, bias, type, t);
+}
+
+void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, float* c, size_t ldc,
+          const Activation& act, size_t threads) {
+  if (m == 0) return;
+  require(lda >= w.k && ldc >= w.n, "gemm: row stride smaller than the row");
+  const KernelTable& t = *w.table;
+  const IgemmUkernel ukernel = ukernel_of(w);
+  const size_t mr = t.gemm_mr, nr = t.gemm_nr, k = w.k;
+  // With a single row block the weights are not reused: no K blocking, so they stream from
+  // memory in one sequential pass (GEMV is bandwidth-bound).
+  const size_t kc = m <= mr ? k : k_block(k, nr, w.elem_size());
+  const MinMax clamp = clamp_part(act);
+  const bool post = needs_post_pass(act);
+  // Tiles: row blocks of 16 microtiles (A block ~ in L2 while its panels stream by), and the
+  // panels split further only when there are too few row blocks to feed every thread.
+  const size_t mb = mr * 16;
+  const size_t m_tiles = div_up(m, mb);
+  const size_t panels = w.panel_count();
+  size_t n_tiles = 1;
+  if (threads > 1 && m_tiles < 4 * threads) n_tiles = min_size(panels, div_up(4 * threads, m_tiles));
+  const size_t panels_per_tile = div_up(panels, n_tiles);
+  n_tiles = div_up(panels, panels_per_tile);
+
+  // A is copied into a compact row block when it is reused by enough panels: rows of a wide
+  // matrix sit at a large power-of-two stride (4 KiB at K = 1024) and would all map to the same
+  // L1 sets (seed 001 §2.1), while the copy costs 1/(panels) of the FLOPs.
+  const size_t pack_stride = round_up(kc, 16) + 16;
+  const bool pack_a = m >= 2 * mr && panels_per_tile >= 4;
+  auto run_tile = [&](size_t tile) {
+    const size_t mt = tile % m_tiles, nt = tile / m_tiles;
+    const size_t m0 = mt * mb, m1 = min_size(m, m0 + mb);
+    const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
+    const float* rows[64];  // MR pointers (MR <= 64)
+    thread_local AlignedBuffer<float> a_block;
+    if (pack_a && a_block.size() < mb * pack_stride) a_block = AlignedBuffer<float>(mb * pack_stride);
+    for (size_t k0 = 0; k0 < k; k0 += kc) {
+      const size_t kcur = min_size(kc, k - k0);
+      const uint32_t flags = (k0 > 0 ? kGemmAccumulate : 0u) | (k0 + kcur == k ? kGemmFinal : 0u);
+      const float* a_src = a + k0;
+      size_t a_stride = lda, a_row0 = 0;
+      if (pack_a) {
+        for (size_t i = m0; i < m1; ++i)
+          std::memcpy(a_block.data() + (i - m0) * pack_stride, a + i * lda + k0, kcur * sizeof(float));
+        a_src = a_block.data();
+        a_stride = pack_stride;
+        a_row0 = m0;
+      }
+      for (size_t p = p0; p < p1; ++p) {
+        const size_t ncur = min_size(nr, w.n - p * nr);
+        const void* panel = w.panel(p, k0);
+        for (size_t i0 = m0; i0 < m1; i0 += mr) {
+          const size_t mcur = min_size(mr, m1 - i0);
+          for (size_t i = 0; i < mr; ++i) rows[i] = a_src + (i0 - a_row0 + min_size(i, mcur - 1)) * a_stride;
+          float* ct = c + i0 * ldc + p * nr;
+          ukernel(mcur, ncur, kcur, 1, rows, panel, w.bias.data() + p * nr, ct, ldc, flags, &clamp);
+          if (post && (flags & kGemmFinal)) post_activate(t, ct, ldc, mcur, ncur, act);
+        }
+      }
+    }
+  };
+  parallel_for(m_tiles * n_tiles, threads, [&](size_t begin, size_t end) {
+    for (size_t tile = begin; tile < end; ++tile) run_tile(tile);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+size_t conv_output_size(size_t in, size_t kernel, size_t stride, size_t dilation, size_t pad0, size_t pad1) {
+  require(kernel > 0 && stride > 0 && dilation > 0, "convolution: kernel, stride and dilation must be > 0");
+  const size_t span = dilation * (kernel - 1) + 1;
+  require(in + pad0 + pad1 >= span, "convolution: window larger than the padded input");
+  return (in + pad0 + pad1 - span) / stride + 1;
+}
+
+ConvPlan::ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedGemmWeights& weights)
+    : n_(n), h_(h), w_(w), c_(c), g_(g), weights_(&weights) {
+  oh_ = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  ow_ = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  require(weights.k == g.kh * g.kw * c, "ConvPlan: packed weights K != KH*KW*C");
+  direct_gemm_ = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 &&
+                 g.pad_left == 0 && g.pad_bottom == 0 && g.pad_right == 0;
+  if (!direct_gemm_) {
+    zero_ = AlignedBuffer<float>(c);
+    std::memset(zero_.data(), 0, c * sizeof(float));
+  }
+}
+
+void ConvPlan::build_indirection(const float* input, size_t in_stride) {
+  const size_t mr = weights_->table->gemm_mr;
+  const size_t ks = g_.kh * g_.kw;
+  const size_t pixels = n_ * oh_ * ow_;
+  const size_t tiles = div_up(pixels, mr);
+  indirection_.assign(tiles * ks * mr, nullptr);
+  for (size_t tile = 0; tile < tiles; ++tile) {
+    for (size_t i = 0; i < mr; ++i) {
+      const size_t p = min_size(tile * mr + i, pixels - 1);  // the tail repeats the last pixel
+      const size_t b = p / (oh_ * ow_), oy = p / ow_ % oh_, ox = p % ow_;
+      for (size_t ky = 0; ky < g_.kh; ++ky) {
+        for (size_t kx = 0; kx < g_.kw; ++kx) {
+          // Signed arithmetic: padding makes the top-left window start before the input.
+          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * g_.stride_h + ky * g_.dil_h) - static_cast<ptrdiff_t>(g_.pad_top);
+          const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * g_.stride_w + kx * g_.dil_w) - static_cast<ptrdiff_t>(g_.pad_left);
+          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h_) && ix < static_cast<ptrdiff_t>(w_);
+          const float* row = inside ? input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride
+                                    : zero_.data();
+          indirection_[(tile * ks + ky * g_.kw + kx) * mr + i] = row;
+        }
+      }
+    }
+  }
+  built_input_ = input;
+  built_stride_ = in_stride;
+}
+
+void ConvPlan::run(const float* input, float* output, const Activation& act, size_t threads, size_t in_stride,
+                   size_t out_stride) {
+  const PackedGemmWeights& w = *weights_;
+  if (in_stride == 0) in_stride = c_;
+  if (out_stride == 0) out_stride = w.n;
+  require(in_stride >= c_ && out_stride >= w.n, "ConvPlan::run: pixel stride smaller than the channels");
+  if (direct_gemm_) {
+    gemm(input, n_ * h_ * w_, in_stride, w, output, out_stride, act, threads);
+    return;
+  }
+  if (input != built_input_ || in_stride != built_stride_ || indirection_.empty()) build_indirection(input, in_stride);
+  const KernelTable& t = *w.table;
+  const IgemmUkernel ukernel = ukernel_of(w);
+  const size_t mr = t.gemm_mr, nr = t.gemm_nr, ks = g_.kh * g_.kw;
+  const size_t pixels = n_ * oh_ * ow_;
+  const size_t tiles = div_up(pixels, mr);
+  const size_t panels = w.panel_count();
+  const MinMax clamp = clamp_part(act);
+  const bool post = needs_post_pass(act);
+  // Work units: 8 pixel tiles x a group of panels; panels are split only to feed the threads.
+  const size_t tiles_per_unit = 8;
+  const size_t pixel_units = div_up(tiles, tiles_per_unit);
+  size_t panel_units = 1;
+  if (threads > 1 && pixel_units < 4 * threads) panel_units = min_size(panels, div_up(4 * threads, pixel_units));
+  const size_t panels_per_unit = div_up(panels, panel_units);
+  panel_units = div_up(panels, panels_per_unit);
+  const float* const* ind = indirection_.data();
+  auto run_unit = [&](size_t unit) {
+    const size_t pu = unit % pixel_units, nu = unit / pixel_units;
+    const size_t t0 = pu * tiles_per_unit, t1 = min_size(tiles, t0 + tiles_per_unit);
+    const size_t p0 = nu * panels_per_unit, p1 = min_size(panels, p0 + panels_per_unit);
+    for (size_t p = p0; p < p1; ++p) {
+      const size_t ncur = min_size(nr, w.n - p * nr);
+      for (size_t tile = t0; tile < t1; ++tile) {
+        const size_t mcur = min_size(mr, pixels - tile * mr);
+        float* ct = output + tile * mr * out_stride + p * nr;
+        ukernel(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, ct, out_stride,
+                kGemmFinal, &clamp);
+        if (post) post_activate(t, ct, out_stride, mcur, ncur, act);
+      }
+    }
+  };
+  parallel_for(pixel_units * panel_units, threads, [&](size_t begin, size_t end) {
+    for (size_t u = begin; u < end; ++u) run_unit(u);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void depthwise_conv(const float* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
+                    const ConvGeometry& g, const float* weights, const float* bias, float* output,
+                    const Activation& act, size_t threads, const KernelTable* t) {
+  require(multiplier > 0 && c > 0, "depthwise_conv: empty channels");
+  DepthwiseArgs args{};
+  args.input = input;
+  args.weights = weights;
+  args.bias = bias;
+  args.output = output;
+  args.n = n; args.h = h; args.w = w; args.c = c; args.multiplier = multiplier;
+  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
+  args.dil_h = g.dil_h; args.dil_w = g.dil_w; args.pad_top = g.pad_top; args.pad_left = g.pad_left;
+  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  args.in_stride = c;
+  args.out_stride = c * multiplier;
+  args.act = act;
+  const DepthwiseUkernel kernel = table_or_active(t).depthwise;
+  parallel_for(n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); },
+               Partition::Dynamic, 1);
+}
+
+void pool2d(PoolKind kind, const float* input, size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g,
+            bool count_include_pad, float* output, const Activation& act, size_t threads, const KernelTable* t) {
+  PoolArgs args{};
+  args.input = input;
+  args.output = output;
+  args.n = n; args.h = h; args.w = w; args.c = c;
+  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
+  args.dil_h = g.dil_h; args.dil_w = g.dil_w;
+  args.pad_top = g.pad_top; args.pad_left = g.pad_left; args.pad_bottom = g.pad_bottom; args.pad_right = g.pad_right;
+  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  args.in_stride = c;
+  args.out_stride = c;
+  args.count_include_pad = count_include_pad;
+  args.act = act;
+  const KernelTable& tab = table_or_active(t);
+  const PoolUkernel kernel = kind == PoolKind::Max ? tab.maxpool : tab.avgpool;
+  parallel_for(n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); });
+}
+
+void global_avgpool(const float* input, size_t n, size_t hw, size_t c, float* output, const Activation& act,
+                    size_t threads, const KernelTable* t) {
+  const GlobalAvgPoolUkernel kernel = table_or_active(t).global_avgpool;
+  parallel_for(n, threads, [&](size_t begin, size_t end) {
+    for (size_t b = begin; b < end; ++b) kernel(input + b * hw * c, hw, c, c, output + b * c, &act);
+  });
+}
+
+void binary(BinaryOp op, Broadcast broadcast, const float* a, const float* b, float* y, size_t rows, size_t c,
+            const Activation& act, size_t threads, bool b_first, const KernelTable* t) {
+  BinaryArgs args{a, b, y, c, c, c, c, op, broadcast, b_first, act};
+  const BinaryUkernel kernel = table_or_active(t).binary;
+  // Rows grouped so each task moves at least ~16K floats.
+  const size_t rows_per_task = max_size(1, 16384 / max_size(c, 1));
+  parallel_for(div_up(rows, rows_per_task), threads, [&](size_t begin, size_t end) {
+    kernel(&args, begin * rows_per_task, min_size(rows, end * rows_per_task));
+  });
+}
+
+void activation(float* x, size_t n, const Activation& act, size_t threads, const KernelTable* t) {
+  const ActivationUkernel kernel = table_or_active(t).activation;
+  const size_t chunk = 16384;
+  parallel_for(div_up(n, chunk), threads, [&](size_t begin, size_t end) {
+    const size_t lo = begin * chunk, hi = min_size(n, end * chunk);
+    kernel(x + lo, hi - lo, &act);
+  });
+}
+
+void softmax(const float* x, float* y, size_t rows, size_t n, size_t threads, const KernelTable* t) {
+  const SoftmaxUkernel kernel = table_or_active(t).softmax;
+  parallel_for(rows, threads, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) kernel(x + r * n, y + r * n, n);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+template <class Book>
+ClusteredWeights pack_clustered_impl(const uint8_t* indices, unsigned bits, size_t n, size_t k, const Book* codebook,
+                                     bool per_row, const float* bias, const KernelTable* t) {
+  require(bits >= 1 && bits <= 8, "pack_clustered: bits must be 1..8");
+  require(n > 0 && k > 0, "pack_clustered: empty matrix");
+  ClusteredWeights out;
+  out.table = &table_or_active(t);
+  out.n = n;
+  out.k = k;
+  out.bits = bits;
+  out.per_row = per_row;
+  const size_t entries = size_t{1} << bits;
+  const uint32_t field_mask = static_cast<uint32_t>(entries - 1);
+  out.nibbles = bits == 4 && out.table->clustered_nibbles;
+  out.lanes = out.table->clustered_lanes;
+  out.fields = 32 / bits;
+  if (out.nibbles) {
+    out.words_per_row = div_up(k, 64) * 8;
+    out.padded_k = div_up(k, 64) * 64;
+  } else {
+    const size_t block = out.lanes * out.fields;
+    out.words_per_row = div_up(k, block) * out.lanes;
+    out.padded_k = div_up(k, block) * block;
+  }
+  out.words = AlignedBuffer<uint32_t>(n * out.words_per_row);
+  std::memset(out.words.data(), 0, n * out.words_per_row * sizeof(uint32_t));
+  // Where column `col` of a row goes: (word, bit offset) in that row's words.
+  std::vector<size_t> nibble_byte_of(64);
+  for (size_t p = 0; p < 32; ++p) {
+    nibble_byte_of[nibble_column(p)] = p * 2;           // low nibble of byte p
+    nibble_byte_of[32 + nibble_column(p)] = p * 2 + 1;  // high nibble
+  }
+  for (size_t r = 0; r < n; ++r) {
+    uint32_t* row = out.words.data() + r * out.words_per_row;
+    for (size_t col = 0; col < k; ++col) {
+      // Read entry (r, col) of the LSB-first bit stream; it may straddle two bytes.
+      const size_t bit = (r * k + col) * bits;
+      uint32_t v = indices[bit / 8];
+      if (bit % 8 + bits > 8) v |= static_cast<uint32_t>(indices[bit / 8 + 1]) << 8;
+      const uint32_t idx = (v >> (bit % 8)) & field_mask;
+      if (out.nibbles) {
+        const size_t nib = (col / 64) * 64 + nibble_byte_of[col % 64];  // nibble index in the row
+        row[nib / 8] |= idx << (nib % 8 * 4);
+      } else {
+        const size_t block = out.lanes * out.fields;
+        const size_t blk = col / block, within = col % block;
+        const size_t lane = within % out.lanes, field = within / out.lanes;
+        row[blk * out.lanes + lane] |= idx << (field * bits);
+      }
+    }
+  }
+  out.table_size = max_size(entries, out.table->clustered_table_min);
+  const size_t books = per_row ? n : 1;
+  out.tables = AlignedBuffer<float>(books * out.table_size);
+  for (size_t g = 0; g < books; ++g) {
+    float* table = out.tables.data() + g * out.table_size;
+    for (size_t e = 0; e < out.table_size; ++e) table[e] = source_value(codebook, g * entries + (e & (entries - 1)));
+    if (out.nibbles) {  // transpose the 16 x 4 bytes into 4 byte planes
+      uint8_t planes[64];
+      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(table);
+      for (size_t e = 0; e < 16; ++e)
+        for (size_t j = 0; j < 4; ++j) planes[16 * j + e] = bytes[4 * e + j];
+      std::memcpy(table, planes, 64);
+    }
+  }
+  out.bias = AlignedBuffer<float>(round_up(n, 64));
+  for (size_t j = 0; j < out.bias.size(); ++j) out.bias[j] = (bias != nullptr && j < n) ? bias[j] : 0.0f;
+  return out;
+}
+
+}  // namespace
+
+ClusteredWeights pack_clustered(const uint8_t* indices, unsigned bits, size_t n, size_t k, const float* codebook,
+                                bool per_row, const float* bias, const KernelTable* t) {
+  return pack_clustered_impl(indices, bits, n, k, codebook, per_row, bias, t);
+}
+
+ClusteredWeights pack_clustered_f16(const uint8_t* indices, unsigned bits, size_t n, size_t k,
+                                    const uint16_t* codebook, bool per_row, const float* bias, const KernelTable* t) {
+  return pack_clustered_impl(indices, bits, n, k, codebook, per_row, bias, t);
+}
+
+void clustered_gemm(const float* x, size_t m, size_t ldx, const ClusteredWeights& w, float* y, size_t ldy,
+                    const Activation& act, size_t threads) {
+  if (m == 0) return;
+  const KernelTable& t = *w.table;
+  const size_t kp = w.padded_k;
+  if (m == 1) {
+    // Batch 1: the GEMV kernel streams the packed indices once; x is zero-padded to whole blocks.
+    AlignedBuffer<float> xpad(kp);
+    std::memcpy(xpad.data(), x, w.k * sizeof(float));
+    std::memset(xpad.data() + w.k, 0, (kp - w.k) * sizeof(float));
+    ClusteredGemvArgs args{w.words.data(), w.words_per_row, w.tables.data(), w.table_size, w.per_row, w.bits,
+                           w.nibbles, xpad.data(), w.bias.data(), y, act};
+    const size_t rows_per_task = 16;
+    parallel_for(div_up(w.n, rows_per_task), threads, [&](size_t begin, size_t end) {
+      t.clustered_gemv(&args, begin * rows_per_task, min_size(w.n, end * rows_per_task));
+    });
+    return;
+  }
+  // Batch > 1: per NR-row panel, decode that panel only ([K][NR], in L2) and run the dense
+  // microkernel over all M rows, so the decode cost is shared by the whole batch.
+  const size_t mr = t.gemm_mr, nr = t.gemm_nr;
+  const size_t panels = div_up(w.n, nr);
+  const size_t kc = k_block(w.k, nr, sizeof(float));
+  const MinMax clamp = clamp_part(act);
+  const bool post = needs_post_pass(act);
+  parallel_for(panels, threads, [&](size_t begin, size_t end) {
+    AlignedBuffer<float> panel(w.k * nr);
+    AlignedBuffer<float> row(kp);
+    const float* rows[64];
+    for (size_t p = begin; p < end; ++p) {
+      const size_t ncur = min_size(nr, w.n - p * nr);
+      for (size_t j = 0; j < nr; ++j) {
+        if (j < ncur) {
+          const size_t r = p * nr + j;
+          t.clustered_decode(w.words.data() + r * w.words_per_row, w.words_per_row,
+                             w.tables.data() + (w.per_row ? r * w.table_size : 0), w.bits, w.nibbles, row.data());
+          for (size_t kk = 0; kk < w.k; ++kk) panel[kk * nr + j] = row[kk];
+        } else {
+          for (size_t kk = 0; kk < w.k; ++kk) panel[kk * nr + j] = 0.0f;
+        }
+      }
+      for (size_t k0 = 0; k0 < w.k; k0 += kc) {
+        const size_t kcur = min_size(kc, w.k - k0);
+        const uint32_t flags = (k0 > 0 ? kGemmAccumulate : 0u) | (k0 + kcur == w.k ? kGemmFinal : 0u);
+        for (size_t i0 = 0; i0 < m; i0 += mr) {
+          const size_t mcur = min_size(mr, m - i0);
+          for (size_t i = 0; i < mr; ++i) rows[i] = x + (i0 + min_size(i, mcur - 1)) * ldx + k0;
+          float* ct = y + i0 * ldy + p * nr;
+          t.igemm_f32w(mcur, ncur, kcur, 1, rows, panel.data() + k0 * nr, w.bias.data() + p * nr, ct, ldy, flags,
+                       &clamp);
+          if (post && (flags & kGemmFinal)) post_activate(t, ct, ldy, mcur, ncur, act);
+        }
+      }
+    }
+  });
+}
+
+void nnm_gather(const float* cent, size_t pixels, size_t cent_stride, size_t groups, size_t kc,
+                const int32_t* assign, size_t k, const float* bias, float* out, size_t out_stride,
+                const Activation& act, size_t threads, const KernelTable* t) {
+  require(groups > 0 && kc > 0 && cent_stride >= groups * kc && out_stride >= k, "nnm_gather: bad shape");
+  for (size_t i = 0; i < groups * k; ++i)
+    require(assign[i] >= 0 && static_cast<size_t>(assign[i]) < kc, "nnm_gather: assignment out of range");
+  NnmGatherArgs args{cent, assign, bias, out, k, kc, groups, cent_stride, out_stride, act};
+  const NnmGatherUkernel kernel = table_or_active(t).nnm_gather;
+  const size_t per_task = 16;
+  parallel_for(div_up(pixels, per_task), threads, [&](size_t begin, size_t end) {
+    kernel(&args, begin * per_task, min_size(pixels, end * per_task));
+  });
+}
+
+}  // namespace edgesdk::kernels

@@ -1,0 +1,143 @@
+// Operators: weight packing, the blocked and threaded drivers around the microkernels, and the
+// per-shape plans (indirection buffers). All activations are fp32 NHWC / row-major; every
+// operator takes the kernel table to use (null = active_kernels()) and a thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/common.h"
+#include "kernels/dispatch.h"
+
+namespace edgesdk::kernels {
+
+// ---------------------------------------------------------------------------------------------
+// Packed-weight GEMM: C[M][N] = act(A[M][K] * B + bias), B given as N x K (row n = output n:
+// ONNX Gemm transB, conv OHWI) or K x N. Packing cuts B into NR-wide panels [K][NR] (NR of the
+// table's microkernel; the last panel zero-padded), stored fp32 or fp16.
+enum class WeightLayout { NK, KN };
+enum class WeightType { F32, F16 };
+
+struct PackedGemmWeights {
+  const KernelTable* table = nullptr;
+  size_t n = 0, k = 0, nr = 0;
+  WeightType type = WeightType::F32;
+  AlignedBuffer<uint8_t> panels;
+  AlignedBuffer<float> bias;  // round_up(n, nr) entries, zero-padded (zeros without a bias)
+
+  size_t elem_size() const { return type == WeightType::F16 ? 2 : 4; }
+  size_t panel_count() const { return div_up(n, nr); }
+  // Panel p from row k0 of K on.
+  const void* panel(size_t p, size_t k0 = 0) const {
+    return panels.data() + (p * k * nr + k0 * nr) * elem_size();
+  }
+};
+
+PackedGemmWeights pack_gemm_weights(const float* w, size_t n, size_t k, WeightLayout layout,
+                                    const float* bias, WeightType type, const KernelTable* t = nullptr);
+// Same from fp16 bits (IEEE binary16); packs to fp16 unless type is F32.
+PackedGemmWeights pack_gemm_weights_f16(const uint16_t* w, size_t n, size_t k, WeightLayout layout,
+                                        const float* bias, WeightType type, const KernelTable* t = nullptr);
+
+void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, float* c, size_t ldc,
+          const Activation& act, size_t threads);
+
+// ---------------------------------------------------------------------------------------------
+// Convolution NHWC (groups = 1) with weights packed as N = out channels, K = KH*KW*C in OHWI
+// order. 1x1 stride-1 unpadded convolutions run as one GEMM; everything else as indirect GEMM
+// over an indirection buffer [pixel tile][kernel position][MR] of input-row pointers, with
+// padding pointing at one shared zero vector. The buffer is built on first run and rebuilt only
+// when the input pointer or its pixel stride changes (shapes are fixed per plan).
+struct ConvGeometry {
+  size_t kh = 1, kw = 1;
+  size_t stride_h = 1, stride_w = 1;
+  size_t dil_h = 1, dil_w = 1;
+  size_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+};
+
+// Output extent; throws std::invalid_argument if the window does not fit.
+size_t conv_output_size(size_t in, size_t kernel, size_t stride, size_t dilation, size_t pad0, size_t pad1);
+
+class ConvPlan {
+ public:
+  ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedGemmWeights& weights);
+  size_t out_h() const { return oh_; }
+  size_t out_w() const { return ow_; }
+  bool is_gemm() const { return direct_gemm_; }
+  // in_stride / out_stride: floats between consecutive pixels (0 = C / output channels).
+  void run(const float* input, float* output, const Activation& act, size_t threads,
+           size_t in_stride = 0, size_t out_stride = 0);
+  size_t indirection_size() const { return indirection_.size(); }
+
+ private:
+  void build_indirection(const float* input, size_t in_stride);
+
+  size_t n_, h_, w_, c_, oh_, ow_;
+  ConvGeometry g_;
+  const PackedGemmWeights* weights_;
+  bool direct_gemm_;
+  std::vector<const float*> indirection_;
+  AlignedBuffer<float> zero_;
+  const float* built_input_ = nullptr;
+  size_t built_stride_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise convolution NHWC: weights [KH][KW][C*multiplier], output channel c*mult + j.
+void depthwise_conv(const float* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
+                    const ConvGeometry& g, const float* weights, const float* bias, float* output,
+                    const Activation& act, size_t threads, const KernelTable* t = nullptr);
+
+// Pooling NHWC (dilation in g is honoured; padding never wins a max).
+enum class PoolKind { Max, Average };
+void pool2d(PoolKind kind, const float* input, size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g,
+            bool count_include_pad, float* output, const Activation& act, size_t threads,
+            const KernelTable* t = nullptr);
+// Mean over H*W per image and channel: output [N][C].
+void global_avgpool(const float* input, size_t n, size_t hw, size_t c, float* output, const Activation& act,
+                    size_t threads, const KernelTable* t = nullptr);
+
+// y[r][:] = act(a[r][:] op b), b as [rows][C], [C] or a scalar (b_first: b op a).
+void binary(BinaryOp op, Broadcast broadcast, const float* a, const float* b, float* y, size_t rows, size_t c,
+            const Activation& act, size_t threads, bool b_first = false, const KernelTable* t = nullptr);
+// In-place activation of n floats.
+void activation(float* x, size_t n, const Activation& act, size_t threads, const KernelTable* t = nullptr);
+// Softmax of each of `rows` rows of n floats (x and y may alias).
+void softmax(const float* x, float* y, size_t rows, size_t n, size_t threads, const KernelTable* t = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// Clustered-weight GEMV/GEMM: y[M][N] = act(x[M][K] * W^T + bias) with W[n][k] =
+// codebook[idx(n, k)], idx bit-packed at `bits` (1..8) per entry over the row-major N x K
+// matrix, LSB first within little-endian bytes (entry i at bits [i*b, (i+1)*b) of the stream).
+// Packing moves the indices into the kernel's lane-word layout (ukernels.h) at the same width
+// (F = floor(32/b) per word) and expands codebooks into lookup tables; the kernels look entries
+// up in registers and never expand the matrix (M > 1 decodes one NR-row panel at a time).
+struct ClusteredWeights {
+  const KernelTable* table = nullptr;
+  size_t n = 0, k = 0;
+  unsigned bits = 0;
+  bool per_row = false;
+  bool nibbles = false;  // the nibble layout (ukernels.h) instead of lane words
+  size_t lanes = 0, fields = 0, words_per_row = 0, table_size = 0, padded_k = 0;
+  AlignedBuffer<uint32_t> words;
+  AlignedBuffer<float> tables;
+  AlignedBuffer<float> bias;  // round_up(n, 64) entries, zero-padded
+};
+
+ClusteredWeights pack_clustered(const uint8_t* indices, unsigned bits, size_t n, size_t k,
+                                const float* codebook, bool per_row, const float* bias,
+                                const KernelTable* t = nullptr);
+ClusteredWeights pack_clustered_f16(const uint8_t* indices, unsigned bits, size_t n, size_t k,
+                                    const uint16_t* codebook, bool per_row, const float* bias,
+                                    const KernelTable* t = nullptr);
+void clustered_gemm(const float* x, size_t m, size_t ldx, const ClusteredWeights& w, float* y, size_t ldy,
+                    const Activation& act, size_t threads);
+
+// NNM gather-accumulate (seed 003): out[p][k] = act(bias[k] + sum_g cent[p][g*kc + assign[g][k]]).
+// groups = 1 is the shared reading (one assignment map); groups > 1 the per-input-channel one.
+void nnm_gather(const float* cent, size_t pixels, size_t cent_stride, size_t groups, size_t kc,
+                const int32_t* assign, size_t k, const float* bias, float* out, size_t out_stride,
+                const Activation& act, size_t threads, const KernelTable* t = nullptr);
+
+}  // namespace edgesdk::kernels

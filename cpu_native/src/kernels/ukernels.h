@@ -1,0 +1,164 @@
+// Microkernel interfaces: the argument structs and function-pointer types every ISA implements,
+// and the per-ISA entry points. Operators (operators.h) pick them through a KernelTable
+// (dispatch.h); nothing here allocates or threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/common.h"
+
+namespace edgesdk::kernels {
+
+// ---------------------------------------------------------------------------------------------
+// GEMM / indirect GEMM. One microkernel form serves both: A rows come from a pointer array,
+// ks groups of MR pointers (one group per kernel position; plain GEMM has ks = 1). Packed
+// weights for one NR-wide panel are [ks][kc][NR] (fp32, or fp16 bits for the f16w variant).
+//   c[i][j] = (accumulate ? c[i][j] : bias[j]) + sum_s sum_k a[s*MR+i][k] * w[s][k][j]
+// then, when kGemmFinal is set, clamped to [min, max]. Rows >= mr of the pointer array must be
+// readable (drivers repeat the last row); only rows < mr and columns < nr are written.
+enum : uint32_t { kGemmAccumulate = 1u, kGemmFinal = 2u };
+
+using IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a,
+                              const void* w, const float* bias, float* c, size_t ldc,
+                              uint32_t flags, const MinMax* clamp);
+
+// In-place activation of n contiguous floats (the non-clamp kinds, and any kind).
+using ActivationUkernel = void (*)(float* x, size_t n, const Activation* act);
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise convolution, NHWC. Weights [KH][KW][C*multiplier], output channel oc = c*mult + j
+// reads input channel c. The kernel computes output rows [row_begin, row_end) of N*OH rows.
+struct DepthwiseArgs {
+  const float* input;   // [N][H][W][C], pixel stride in_stride
+  const float* weights; // [KH][KW][OC]
+  const float* bias;    // [OC] or null
+  float* output;        // [N][OH][OW][OC], pixel stride out_stride
+  size_t n, h, w, c, multiplier;
+  size_t kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+  size_t oh, ow;
+  size_t in_stride, out_stride;
+  Activation act;
+};
+using DepthwiseUkernel = void (*)(const DepthwiseArgs* args, size_t row_begin, size_t row_end);
+
+// ---------------------------------------------------------------------------------------------
+// Pooling, NHWC. Rows [row_begin, row_end) of N*OH output rows.
+struct PoolArgs {
+  const float* input;
+  float* output;
+  size_t n, h, w, c;
+  size_t kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, pad_bottom, pad_right;
+  size_t oh, ow;
+  size_t in_stride, out_stride;
+  bool count_include_pad;  // average only
+  Activation act;
+};
+using PoolUkernel = void (*)(const PoolArgs* args, size_t row_begin, size_t row_end);
+// Global average pooling of one image: mean over `pixels` rows of C channels.
+using GlobalAvgPoolUkernel = void (*)(const float* x, size_t pixels, size_t c, size_t in_stride,
+                                      float* y, const Activation* act);
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise binary op over rows of C values: y = act(a op b).
+enum class BinaryOp : uint8_t { Add, Sub, Mul };
+enum class Broadcast : uint8_t { None /*b is [rows][C]*/, PerChannel /*b is [C]*/, Scalar /*b is [1]*/ };
+struct BinaryArgs {
+  const float* a;
+  const float* b;
+  float* y;
+  size_t c;  // row length
+  size_t a_stride, b_stride, y_stride;  // row strides (b_stride unused unless Broadcast::None)
+  BinaryOp op;
+  Broadcast broadcast;
+  bool b_first;  // compute b op a (for Sub with a broadcast left operand)
+  Activation act;
+};
+using BinaryUkernel = void (*)(const BinaryArgs* args, size_t row_begin, size_t row_end);
+
+// Softmax of one row of n values (x and y may alias).
+using SoftmaxUkernel = void (*)(const float* x, float* y, size_t n);
+
+// ---------------------------------------------------------------------------------------------
+// Clustered weights (k-means weight sharing): b-bit indices into a codebook.
+// Kernel layout ("lane words"): a row of K indices is cut into blocks of L*F indices, where L is
+// the ISA's lane count and F = floor(32 / b) the fields per 32-bit word. A block is L words;
+// field j (bits [j*b, (j+1)*b)) of word i holds the index of column kb + j*L + i, so one vector
+// load gives L lanes and shifting by b walks the fields while x is read contiguously. Columns
+// past K hold index 0 and meet zero-padded x. Tables are per row (per-channel codebooks) or one
+// (per-layer), each with T = max(2^b, table_min) fp32 entries, entry t = codebook[t mod 2^b], so
+// a lookup that sees extra high bits of the next field still gets the right value.
+//
+// Nibble layout (4-bit codes on ISAs whose table sets clustered_nibbles, i.e. AVX2): a row is
+// cut into blocks of 64 columns stored in 32 bytes (8 words); byte p holds column
+// c0 + nibble_column(p) in its low nibble and c0 + 32 + nibble_column(p) in its high nibble, with
+// nibble_column(p) = 8*(p%16/4) + p%4 + (p<16 ? 0 : 4). That is the order in which four vpshufb
+// lookups (one per byte plane of the fp32 codebook) and the unpack-lo/hi byte and word
+// interleaves deliver floats, so x is read contiguously. Each table is then 64 bytes: byte
+// plane j (byte j of every entry) at [16j, 16j+16).
+static inline size_t nibble_column(size_t p) { return 8 * (p % 16 / 4) + p % 4 + (p < 16 ? 0 : 4); }
+
+struct ClusteredGemvArgs {
+  const uint32_t* words;   // rows * words_per_row
+  size_t words_per_row;    // blocks * L
+  const float* tables;     // tables_count * table_size
+  size_t table_size;
+  bool per_row_table;
+  unsigned bits;           // 4 with nibbles = the nibble layout
+  bool nibbles;
+  const float* x;          // padded to whole blocks, zeros past K
+  const float* bias;       // [N] or null
+  float* y;                // [N]
+  Activation act;
+};
+// y[n] for rows [row_begin, row_end).
+using ClusteredGemvUkernel = void (*)(const ClusteredGemvArgs* args, size_t row_begin, size_t row_end);
+// Decodes one row (all blocks) to floats: out has the row's padded length.
+using ClusteredDecodeUkernel = void (*)(const uint32_t* words, size_t words_per_row, const float* table,
+                                        unsigned bits, bool nibbles, float* out);
+
+// NNM gather-accumulate: out[p][k] = act(bias[k] + sum_g cent[p][g*kc + assign[g*K + k]]).
+struct NnmGatherArgs {
+  const float* cent;      // [P][groups*kc], row stride cent_stride
+  const int32_t* assign;  // [groups][K], values in [0, kc)
+  const float* bias;      // [K] or null
+  float* out;             // [P][K], row stride out_stride
+  size_t k, kc, groups, cent_stride, out_stride;
+  Activation act;
+};
+using NnmGatherUkernel = void (*)(const NnmGatherArgs* args, size_t p_begin, size_t p_end);
+
+// ---------------------------------------------------------------------------------------------
+// Per-ISA entry points. Scalar ones are the references the SIMD ones are tested against.
+#define EDGESDK_DECLARE_ISA(isa)                                                                 \
+  void f32_igemm_##isa(size_t, size_t, size_t, size_t, const float* const*, const void*,         \
+                       const float*, float*, size_t, uint32_t, const MinMax*);                   \
+  void f32_f16w_igemm_##isa(size_t, size_t, size_t, size_t, const float* const*, const void*,    \
+                            const float*, float*, size_t, uint32_t, const MinMax*);              \
+  void f32_activation_##isa(float*, size_t, const Activation*);                                  \
+  void f32_depthwise_##isa(const DepthwiseArgs*, size_t, size_t);                                \
+  void f32_maxpool_##isa(const PoolArgs*, size_t, size_t);                                       \
+  void f32_avgpool_##isa(const PoolArgs*, size_t, size_t);                                       \
+  void f32_global_avgpool_##isa(const float*, size_t, size_t, size_t, float*, const Activation*); \
+  void f32_binary_##isa(const BinaryArgs*, size_t, size_t);                                      \
+  void f32_softmax_##isa(const float*, float*, size_t);                                          \
+  void f32_clustered_gemv_##isa(const ClusteredGemvArgs*, size_t, size_t);                       \
+  void f32_clustered_decode_##isa(const uint32_t*, size_t, const float*, unsigned, bool, float*); \
+  void f32_nnm_gather_##isa(const NnmGatherArgs*, size_t, size_t);
+
+// Register-block sizes (MR x NR) of each ISA's GEMM microkernel, and clustered lane counts.
+constexpr size_t kScalarMR = 4, kScalarNR = 4, kScalarLanes = 4;
+constexpr size_t kAvx2MR = 6, kAvx2NR = 16, kAvx2Lanes = 8;
+constexpr size_t kAvx512MR = 8, kAvx512NR = 32, kAvx512Lanes = 16;
+constexpr size_t kNeonMR = 8, kNeonNR = 8, kNeonLanes = 4;
+
+EDGESDK_DECLARE_ISA(scalar)
+#if defined(__x86_64__) || defined(_M_X64)
+EDGESDK_DECLARE_ISA(avx2)
+EDGESDK_DECLARE_ISA(avx512)
+#endif
+#if defined(__aarch64__)
+EDGESDK_DECLARE_ISA(neon)
+#endif
+
+}  // namespace edgesdk::kernels

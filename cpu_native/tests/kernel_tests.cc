@@ -1,0 +1,580 @@
+// Standalone kernel test driver (no Python, no test framework): checks every kernel family of
+// every ISA level this CPU can run (or only the one named by --isa / EDGESDK_CPU_ISA) against
+// independent naive references (GEMM, convolution, clustered, NNM) and against the scalar
+// kernels (the other families), on odd sizes and tails. Prints one line per family and ISA:
+//   PASS <family> <isa> <cases>      or      FAIL <family> <isa> <first mismatch>
+// then "checked isas: ..." and exits 1 on any mismatch. Options: --isa NAME, --seed N. Built natively and for aarch64 (run
+// under qemu-aarch64) by tests/test_native_kernels.py.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/operators.h"
+#include "kernels/thread_pool.h"
+
+using namespace edgesdk::kernels;
+
+namespace {
+
+unsigned g_seed = 12345;  // --seed N draws other cases (the default set is fixed)
+std::mt19937 rng(g_seed);
+
+std::vector<float> random_vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+float round_fp16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
+
+const Activation kActs[] = {act_none(), act_relu(), act_clip(-0.25f, 0.5f), act_hardswish(), act_hardsigmoid(),
+                            act_sigmoid(), act_tanh(), act_leaky_relu(0.1f)};
+constexpr size_t kActCount = sizeof(kActs) / sizeof(kActs[0]);
+
+// One family's verdict: counts cases, keeps the first mismatch.
+struct Family {
+  Family(std::string n, std::string i) : name(std::move(n)), isa(std::move(i)) {}
+  std::string name, isa;
+  size_t cases = 0;
+  std::string failure;
+  bool ok() const { return failure.empty(); }
+  // |got - want| <= rtol * max(|want|, floor); floor carries the scale of a sum's terms.
+  bool check(const std::string& what, const float* got, const double* want, size_t n, double rtol = 1e-5,
+             const double* floor = nullptr) {
+    ++cases;
+    for (size_t i = 0; i < n; ++i) {
+      const double scale = std::max(std::fabs(want[i]), floor != nullptr ? floor[i] : 1e-30);
+      const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+      if (!(err <= rtol * scale + 1e-30) && !(std::isnan(got[i]) && std::isnan(want[i]))) {
+        if (failure.empty()) {
+          char buf[512];
+          std::snprintf(buf, sizeof buf, "%s: element %zu got %.9g want %.9g", what.c_str(), i, got[i], want[i]);
+          failure = buf;
+        }
+        return false;
+      }
+    }
+    return true;
+  }
+  // Float references; `floor` (a constant) stands for the scale of the summed terms. Not
+  // inlined: GCC 12 at -O3 reports a false -Wfree-nonheap-object on the inlined vector.
+  [[gnu::noinline]] bool check(const std::string& what, const float* got, const float* want, size_t n, double rtol = 1e-5,
+             double floor = 1e-30) {
+    std::vector<double> w(n), f(n, floor);
+    for (size_t i = 0; i < n; ++i) w[i] = want[i];
+    return check(what, got, w.data(), n, rtol, f.data());
+  }
+};
+
+std::vector<Family> g_results;
+
+// Each family starts from the same seed, so a forced ISA sees the same cases as a full run.
+void reseed() { rng.seed(g_seed); }
+
+void report(const Family& f) {
+  if (f.ok()) std::printf("PASS %s %s %zu\n", f.name.c_str(), f.isa.c_str(), f.cases);
+  else std::printf("FAIL %s %s %s\n", f.name.c_str(), f.isa.c_str(), f.failure.c_str());
+  std::fflush(stdout);
+  g_results.push_back(f);
+}
+
+std::string dims(std::initializer_list<size_t> v) {
+  std::string s;
+  for (size_t x : v) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+// ---- GEMM -----------------------------------------------------------------------------------
+void test_gemm(const KernelTable& t) {
+  reseed();
+  Family fam{"gemm", t.name};
+  const size_t ms[] = {1, 3, 7, 17, 33, 65};
+  const size_t ns[] = {1, 3, 5, 16, 17, 33, 65};
+  const size_t ks[] = {1, 3, 7, 17, 33, 65, 300, 700};
+  size_t index = 0;
+  for (size_t m : ms)
+    for (size_t n : ns)
+      for (size_t k : ks) {
+        ++index;
+        const bool fp16 = index % 2 == 0;
+        const Activation act = kActs[index % kActCount];
+        const bool kn = index % 5 == 0;
+        const size_t threads = 1 + index % 2;
+        auto a = random_vec(m * k), w = random_vec(n * k), bias = random_vec(n);
+        std::vector<float> wk(n * k);  // the same weights as K x N
+        for (size_t i = 0; i < n; ++i)
+          for (size_t j = 0; j < k; ++j) wk[j * n + i] = w[i * k + j];
+        auto packed = pack_gemm_weights(kn ? wk.data() : w.data(), n, k, kn ? WeightLayout::KN : WeightLayout::NK,
+                                        bias.data(), fp16 ? WeightType::F16 : WeightType::F32, &t);
+        const size_t ldc = n + 3;  // a wider output row checks the stride
+        std::vector<float> c(m * ldc, 7.0f);
+        gemm(a.data(), m, k, packed, c.data(), ldc, act, threads);
+        std::vector<double> want(m * n), floor(m * n);
+        std::vector<float> got(m * n);
+        for (size_t i = 0; i < m; ++i)
+          for (size_t j = 0; j < n; ++j) {
+            double s = bias[j], mag = std::fabs(bias[j]);
+            for (size_t kk = 0; kk < k; ++kk) {
+              const double wv = fp16 ? round_fp16(w[j * k + kk]) : w[j * k + kk];
+              s += a[i * k + kk] * wv;
+              mag += std::fabs(a[i * k + kk] * wv);
+            }
+            want[i * n + j] = activate_reference(static_cast<float>(s), act);
+            floor[i * n + j] = mag / std::sqrt(static_cast<double>(k)) + 1e-3;
+            got[i * n + j] = c[i * ldc + j];
+          }
+        bool pad_ok = true;  // columns past N untouched
+        for (size_t i = 0; i < m; ++i)
+          for (size_t j = n; j < ldc; ++j) pad_ok &= c[i * ldc + j] == 7.0f;
+        if (!pad_ok && fam.failure.empty()) fam.failure = "gemm wrote past N " + dims({m, n, k});
+        fam.check(std::string("gemm ") + dims({m, n, k}) + (fp16 ? " f16w " : " ") + act_name(act.kind), got.data(),
+                  want.data(), m * n, 1e-5, floor.data());
+      }
+  report(fam);
+}
+
+// ---- convolution ----------------------------------------------------------------------------
+struct ConvCase {
+  size_t n, h, w, c, oc;
+  ConvGeometry g;
+};
+
+void naive_conv(const ConvCase& cc, const float* x, const float* w, const float* bias, bool fp16, const Activation& act,
+                size_t oh, size_t ow, std::vector<double>& want, std::vector<double>& floor) {
+  const ConvGeometry& g = cc.g;
+  want.assign(cc.n * oh * ow * cc.oc, 0.0);
+  floor.assign(want.size(), 0.0);
+  const size_t kdim = g.kh * g.kw * cc.c;
+  for (size_t b = 0; b < cc.n; ++b)
+    for (size_t oy = 0; oy < oh; ++oy)
+      for (size_t ox = 0; ox < ow; ++ox)
+        for (size_t o = 0; o < cc.oc; ++o) {
+          double s = bias[o], mag = std::fabs(bias[o]);
+          for (size_t ky = 0; ky < g.kh; ++ky)
+            for (size_t kx = 0; kx < g.kw; ++kx) {
+              const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+              const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+              if (iy < 0 || ix < 0 || iy >= static_cast<long>(cc.h) || ix >= static_cast<long>(cc.w)) continue;
+              for (size_t ci = 0; ci < cc.c; ++ci) {
+                double wv = w[o * kdim + (ky * g.kw + kx) * cc.c + ci];
+                if (fp16) wv = round_fp16(static_cast<float>(wv));
+                const double p = x[((b * cc.h + iy) * cc.w + ix) * cc.c + ci] * wv;
+                s += p;
+                mag += std::fabs(p);
+              }
+            }
+          const size_t idx = ((b * oh + oy) * ow + ox) * cc.oc + o;
+          want[idx] = activate_reference(static_cast<float>(s), act);
+          floor[idx] = mag / std::sqrt(static_cast<double>(kdim)) + 1e-3;
+        }
+}
+
+ConvGeometry geom(size_t kh, size_t kw, size_t s, size_t d, size_t pt, size_t pl, size_t pb, size_t pr) {
+  ConvGeometry g;
+  g.kh = kh; g.kw = kw; g.stride_h = s; g.stride_w = s; g.dil_h = d; g.dil_w = d;
+  g.pad_top = pt; g.pad_left = pl; g.pad_bottom = pb; g.pad_right = pr;
+  return g;
+}
+
+void test_conv(const KernelTable& t) {
+  reseed();
+  Family fam{"conv", t.name};
+  const ConvCase cases[] = {
+      {1, 5, 7, 3, 5, geom(1, 1, 1, 1, 0, 0, 0, 0)},     // 1x1 stride 1: the GEMM path
+      {2, 6, 5, 17, 33, geom(1, 1, 2, 1, 0, 0, 0, 0)},   // 1x1 stride 2: indirect
+      {1, 7, 9, 5, 17, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+      {2, 9, 8, 3, 16, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 11, 10, 1, 1, geom(5, 5, 1, 2, 4, 4, 4, 4)},   // dilation 2
+      {1, 13, 13, 3, 24, geom(7, 7, 2, 1, 3, 3, 3, 3)},  // stem-like
+      {1, 6, 7, 17, 5, geom(3, 2, 1, 1, 0, 1, 2, 0)},    // asymmetric kernel and padding
+      {1, 4, 4, 65, 65, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+  };
+  size_t index = 0;
+  for (const ConvCase& cc : cases) {
+    ++index;
+    const bool fp16 = index % 3 == 0;
+    const Activation act = kActs[index % kActCount];
+    const size_t kdim = cc.g.kh * cc.g.kw * cc.c;
+    auto x = random_vec(cc.n * cc.h * cc.w * cc.c), w = random_vec(cc.oc * kdim), bias = random_vec(cc.oc);
+    auto packed = pack_gemm_weights(w.data(), cc.oc, kdim, WeightLayout::NK, bias.data(),
+                                    fp16 ? WeightType::F16 : WeightType::F32, &t);
+    ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed);
+    const size_t oh = plan.out_h(), ow = plan.out_w();
+    std::vector<double> want, floor;
+    naive_conv(cc, x.data(), w.data(), bias.data(), fp16, act, oh, ow, want, floor);
+    std::vector<float> y(want.size());
+    const std::string what = "conv " + dims({cc.n, cc.h, cc.w, cc.c, cc.oc, cc.g.kh, cc.g.kw, cc.g.stride_h});
+    plan.run(x.data(), y.data(), act, 1 + index % 2);
+    fam.check(what, y.data(), want.data(), y.size(), 1e-5, floor.data());
+    // A second input buffer: the plan must notice the new pointer and rebuild its indirection.
+    std::vector<float> x2(x.size());
+    for (size_t i = 0; i < x.size(); ++i) x2[i] = -x[i];
+    naive_conv(cc, x2.data(), w.data(), bias.data(), fp16, act, oh, ow, want, floor);
+    plan.run(x2.data(), y.data(), act, 2);
+    fam.check(what + " (new input)", y.data(), want.data(), y.size(), 1e-5, floor.data());
+  }
+  report(fam);
+}
+
+// ---- depthwise / pooling / eltwise / softmax / activation vs the scalar kernels ---------------
+const KernelTable& scalar_table() { return kernels_for(Isa::Scalar); }
+
+void test_depthwise(const KernelTable& t) {
+  reseed();
+  Family fam{"depthwise", t.name};
+  struct Case { size_t n, h, w, c, mult; ConvGeometry g; };
+  const Case cases[] = {
+      {1, 7, 8, 1, 1, geom(3, 3, 1, 1, 1, 1, 1, 1)},   {2, 9, 7, 3, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 8, 8, 5, 1, geom(3, 3, 1, 2, 2, 2, 2, 2)},   {1, 10, 9, 17, 1, geom(5, 5, 2, 1, 2, 2, 2, 2)},
+      {1, 6, 6, 40, 1, geom(3, 3, 1, 1, 0, 0, 1, 1)},  {1, 5, 6, 67, 1, geom(3, 3, 2, 1, 1, 1, 0, 0)},
+      {1, 6, 5, 3, 2, geom(3, 3, 1, 1, 1, 1, 1, 1)},   {1, 5, 5, 2, 9, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 4, 4, 5, 17, geom(1, 1, 1, 1, 0, 0, 0, 0)},
+  };
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    for (size_t ai = 0; ai < kActCount; ai += 3) {
+      ++index;
+      const Activation act = kActs[(ai + index) % kActCount];
+      const size_t oc = cs.c * cs.mult;
+      auto x = random_vec(cs.n * cs.h * cs.w * cs.c), w = random_vec(cs.g.kh * cs.g.kw * oc), b = random_vec(oc);
+      const size_t oh = conv_output_size(cs.h, cs.g.kh, cs.g.stride_h, cs.g.dil_h, cs.g.pad_top, cs.g.pad_bottom);
+      const size_t ow = conv_output_size(cs.w, cs.g.kw, cs.g.stride_w, cs.g.dil_w, cs.g.pad_left, cs.g.pad_right);
+      std::vector<float> got(cs.n * oh * ow * oc), want(got.size());
+      const float* bias = index % 4 == 0 ? nullptr : b.data();
+      depthwise_conv(x.data(), cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g, w.data(), bias, got.data(), act, 1 + index % 2, &t);
+      depthwise_conv(x.data(), cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g, w.data(), bias, want.data(), act, 1, &scalar_table());
+      fam.check("depthwise " + dims({cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g.kh, cs.g.stride_h}) + " " + act_name(act.kind),
+                got.data(), want.data(), got.size(), 1e-5, 0.1);
+    }
+  }
+  // The scalar reference itself against a hand-computed value: 3x3 ones on ones, padded corner.
+  {
+    std::vector<float> x(4 * 4, 1.0f), w(9, 1.0f), y(16);
+    depthwise_conv(x.data(), 1, 4, 4, 1, 1, geom(3, 3, 1, 1, 1, 1, 1, 1), w.data(), nullptr, y.data(), act_none(), 1, &t);
+    const float want[4] = {4, 6, 6, 4};
+    fam.check("depthwise hand case", y.data(), want, 4);
+  }
+  report(fam);
+}
+
+void test_pool(const KernelTable& t) {
+  reseed();
+  Family fam{"pool", t.name};
+  struct Case { size_t n, h, w, c; ConvGeometry g; };
+  const Case cases[] = {
+      {1, 7, 7, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)}, {2, 8, 8, 3, geom(2, 2, 2, 1, 0, 0, 0, 0)},
+      {1, 6, 5, 5, geom(3, 3, 1, 1, 1, 1, 1, 1)}, {1, 9, 9, 17, geom(3, 3, 2, 1, 0, 0, 1, 1)},
+      {1, 5, 6, 33, geom(5, 5, 1, 1, 2, 2, 2, 2)}, {1, 7, 7, 8, geom(3, 3, 1, 2, 2, 2, 2, 2)},
+  };
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    for (int kind = 0; kind < 3; ++kind) {
+      ++index;
+      const PoolKind pk = kind == 0 ? PoolKind::Max : PoolKind::Average;
+      const bool include_pad = kind == 2;
+      const Activation act = kActs[index % kActCount];
+      auto x = random_vec(cs.n * cs.h * cs.w * cs.c, -3.0f, 3.0f);
+      const size_t oh = conv_output_size(cs.h, cs.g.kh, cs.g.stride_h, cs.g.dil_h, cs.g.pad_top, cs.g.pad_bottom);
+      const size_t ow = conv_output_size(cs.w, cs.g.kw, cs.g.stride_w, cs.g.dil_w, cs.g.pad_left, cs.g.pad_right);
+      std::vector<float> got(cs.n * oh * ow * cs.c), want(got.size());
+      pool2d(pk, x.data(), cs.n, cs.h, cs.w, cs.c, cs.g, include_pad, got.data(), act, 1 + index % 2, &t);
+      pool2d(pk, x.data(), cs.n, cs.h, cs.w, cs.c, cs.g, include_pad, want.data(), act, 1, &scalar_table());
+      fam.check(std::string(kind == 0 ? "maxpool " : include_pad ? "avgpool+pad " : "avgpool ") +
+                    dims({cs.n, cs.h, cs.w, cs.c, cs.g.kh, cs.g.stride_h}),
+                got.data(), want.data(), got.size(), 1e-5, 0.1);
+    }
+  }
+  for (size_t c : {1, 3, 5, 17, 70}) {
+    auto x = random_vec(2 * 13 * c);
+    std::vector<float> got(2 * c), want(2 * c);
+    global_avgpool(x.data(), 2, 13, c, got.data(), act_none(), 2, &t);
+    for (size_t b = 0; b < 2; ++b)
+      for (size_t ch = 0; ch < c; ++ch) {
+        double s = 0;
+        for (size_t p = 0; p < 13; ++p) s += x[(b * 13 + p) * c + ch];
+        want[b * c + ch] = static_cast<float>(s / 13);
+      }
+    fam.check("global_avgpool c=" + std::to_string(c), got.data(), want.data(), got.size(), 1e-5, 0.1);
+  }
+  // Hand case for the average divisors: 3x3 window, pad 1, on a 2x2 image of ones with corner
+  // value 5: excluding padding the mean is (5+1+1+1)/4; including it, /9.
+  {
+    std::vector<float> x = {5, 1, 1, 1}, y(4);
+    pool2d(PoolKind::Average, x.data(), 1, 2, 2, 1, geom(3, 3, 1, 1, 1, 1, 1, 1), false, y.data(), act_none(), 1, &t);
+    const float excl[4] = {2, 2, 2, 2};
+    fam.check("avgpool exclude-pad hand case", y.data(), excl, 4);
+    pool2d(PoolKind::Average, x.data(), 1, 2, 2, 1, geom(3, 3, 1, 1, 1, 1, 1, 1), true, y.data(), act_none(), 1, &t);
+    const float incl[4] = {8.0f / 9, 8.0f / 9, 8.0f / 9, 8.0f / 9};
+    fam.check("avgpool include-pad hand case", y.data(), incl, 4);
+  }
+  report(fam);
+}
+
+void test_eltwise(const KernelTable& t) {
+  reseed();
+  Family fam{"eltwise", t.name};
+  size_t index = 0;
+  for (size_t c : {1, 3, 5, 17, 33, 100})
+    for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul})
+      for (Broadcast bc : {Broadcast::None, Broadcast::PerChannel, Broadcast::Scalar})
+        for (bool b_first : {false, true}) {
+          ++index;
+          const Activation act = kActs[index % kActCount];
+          const size_t rows = 3;
+          auto a = random_vec(rows * c, -2.0f, 2.0f), b = random_vec(rows * c, -2.0f, 2.0f);
+          std::vector<float> got(rows * c), want(rows * c);
+          std::vector<double> ref(rows * c), floor(rows * c, 0.05);  // fma vs mul+add near cancellation
+          binary(op, bc, a.data(), b.data(), got.data(), rows, c, act, 1 + index % 2, b_first, &t);
+          for (size_t r = 0; r < rows; ++r)
+            for (size_t i = 0; i < c; ++i) {
+              const float bv = bc == Broadcast::None ? b[r * c + i] : bc == Broadcast::PerChannel ? b[i] : b[0];
+              const float av = a[r * c + i];
+              const float l = b_first ? bv : av, rr = b_first ? av : bv;
+              const float v = op == BinaryOp::Add ? l + rr : op == BinaryOp::Sub ? l - rr : l * rr;
+              ref[r * c + i] = activate_reference(v, act);
+            }
+          fam.check("binary c=" + std::to_string(c) + " op=" + std::to_string(static_cast<int>(op)) +
+                        " bc=" + std::to_string(static_cast<int>(bc)) + " " + act_name(act.kind),
+                    got.data(), ref.data(), got.size(), 1e-5, floor.data());
+        }
+  report(fam);
+}
+
+void test_activation(const KernelTable& t) {
+  reseed();
+  Family fam{"activation", t.name};
+  for (const Activation& act : kActs)
+    for (size_t n : {1, 7, 33, 1000}) {
+      auto x = random_vec(n, -12.0f, 12.0f);
+      for (size_t i = 0; i < n; i += 3) x[i] *= 1e-3f;  // small values: tanh's cancellation zone
+      std::vector<float> got = x;
+      std::vector<double> want(n);
+      activation(got.data(), n, act, 2, &t);
+      for (size_t i = 0; i < n; ++i) want[i] = activate_reference(x[i], act);
+      // Sigmoid of very negative inputs is tiny: judged with an absolute floor; the hard ones
+      // cancel in alpha*x + beta near the knee, where fma and mul+add round differently.
+      const bool hard = act.kind == ActKind::HardSigmoid || act.kind == ActKind::HardSwish;
+      std::vector<double> floor(n, act.kind == ActKind::Sigmoid ? 1e-7 : hard ? 1e-2 : 1e-30);
+      fam.check(std::string("activation ") + act_name(act.kind) + " n=" + std::to_string(n), got.data(), want.data(), n,
+                1e-5, floor.data());
+    }
+  report(fam);
+}
+
+void test_softmax(const KernelTable& t) {
+  reseed();
+  Family fam{"softmax", t.name};
+  size_t index = 0;
+  for (size_t n : {1, 3, 7, 8, 16, 17, 33, 1000})
+    for (float spread : {1.0f, 30.0f})
+      for (float shift : {0.0f, 1000.0f, -500.0f}) {
+        ++index;
+        auto x = random_vec(3 * n, -spread, spread);
+        for (auto& v : x) v += shift;
+        std::vector<float> got(3 * n);
+        std::vector<double> want(3 * n), floor(3 * n);
+        softmax(x.data(), got.data(), 3, n, 1 + index % 2, &t);
+        for (size_t r = 0; r < 3; ++r) {
+          double mx = -1e300, s = 0;
+          for (size_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[r * n + i]));
+          for (size_t i = 0; i < n; ++i) s += std::exp(x[r * n + i] - mx);
+          for (size_t i = 0; i < n; ++i) {
+            want[r * n + i] = std::exp(x[r * n + i] - mx) / s;
+            floor[r * n + i] = 1e-30;  // relative everywhere; outputs can be tiny but not denormal here
+          }
+        }
+        for (size_t i = 0; i < want.size(); ++i) floor[i] = want[i] < 1e-30 ? 1e-30 : 0.0;
+        fam.check("softmax n=" + std::to_string(n) + " spread=" + std::to_string(spread), got.data(), want.data(),
+                  want.size(), 2e-5, floor.data());
+      }
+  // In place.
+  {
+    auto x = random_vec(37, -5.0f, 5.0f);
+    std::vector<float> ref(37);
+    softmax(x.data(), ref.data(), 1, 37, 1, &t);
+    softmax(x.data(), x.data(), 1, 37, 1, &t);
+    fam.check("softmax in place", x.data(), ref.data(), 37, 0.0);
+  }
+  report(fam);
+}
+
+// ---- clustered ------------------------------------------------------------------------------
+std::vector<uint8_t> pack_bits_lsb_first(const std::vector<uint32_t>& values, unsigned bits) {
+  std::vector<uint8_t> out((values.size() * bits + 7) / 8 + 1, 0);
+  for (size_t i = 0; i < values.size(); ++i)
+    for (unsigned b = 0; b < bits; ++b)
+      if ((values[i] >> b) & 1u) out[(i * bits + b) / 8] |= static_cast<uint8_t>(1u << ((i * bits + b) % 8));
+  out.pop_back();  // exact length: the reader must not need a spare byte
+  return out;
+}
+
+void test_clustered(const KernelTable& t) {
+  reseed();
+  Family fam{"clustered", t.name};
+  size_t index = 0;
+  for (unsigned bits = 1; bits <= 8; ++bits)
+    for (size_t n : {1, 3, 17})
+      for (size_t k : {1, 7, 33, 65, 300})
+        for (size_t m : {1, 3}) {
+          ++index;
+          const bool per_row = index % 2 == 0, fp16_book = index % 3 == 0;
+          const Activation act = kActs[index % kActCount];
+          const size_t entries = size_t{1} << bits, books = per_row ? n : 1;
+          std::vector<uint32_t> idx(n * k);
+          for (auto& v : idx) v = static_cast<uint32_t>(rng() % entries);
+          auto codebook = random_vec(books * entries);
+          std::vector<uint16_t> codebook16(codebook.size());
+          for (size_t i = 0; i < codebook.size(); ++i) codebook16[i] = fp32_to_fp16(codebook[i]);
+          auto x = random_vec(m * k), bias = random_vec(n);
+          const auto stream = pack_bits_lsb_first(idx, bits);
+          ClusteredWeights cw = fp16_book ? pack_clustered_f16(stream.data(), bits, n, k, codebook16.data(), per_row, bias.data(), &t)
+                                          : pack_clustered(stream.data(), bits, n, k, codebook.data(), per_row, bias.data(), &t);
+          std::vector<float> y(m * n);
+          clustered_gemm(x.data(), m, k, cw, y.data(), n, act, 1 + index % 2);
+          std::vector<double> want(m * n), floor(m * n);
+          for (size_t i = 0; i < m; ++i)
+            for (size_t r = 0; r < n; ++r) {
+              double s = bias[r], mag = std::fabs(bias[r]);
+              for (size_t kk = 0; kk < k; ++kk) {
+                const size_t e = (per_row ? r * entries : 0) + idx[r * k + kk];
+                const double wv = fp16_book ? fp16_to_fp32(codebook16[e]) : codebook[e];
+                s += wv * x[i * k + kk];
+                mag += std::fabs(wv * x[i * k + kk]);
+              }
+              want[i * n + r] = activate_reference(static_cast<float>(s), act);
+              floor[i * n + r] = mag / std::sqrt(static_cast<double>(k)) + 1e-3;
+            }
+          fam.check("clustered b=" + std::to_string(bits) + " " + dims({m, n, k}) + (per_row ? " per-row" : " per-layer") +
+                        (fp16_book ? " fp16-book " : " ") + act_name(act.kind),
+                    y.data(), want.data(), want.size(), 1e-5, floor.data());
+        }
+  // Batch > 1 wide enough to use several panels and K blocks.
+  {
+    const unsigned bits = 4;
+    const size_t m = 9, n = 37, k = 1100;
+    std::vector<uint32_t> idx(n * k);
+    for (auto& v : idx) v = static_cast<uint32_t>(rng() % 16);
+    auto codebook = random_vec(16), x = random_vec(m * k);
+    const auto stream = pack_bits_lsb_first(idx, bits);
+    auto cw = pack_clustered(stream.data(), bits, n, k, codebook.data(), false, nullptr, &t);
+    std::vector<float> y(m * n);
+    clustered_gemm(x.data(), m, k, cw, y.data(), n, act_relu(), 2);
+    std::vector<double> want(m * n), floor(m * n);
+    for (size_t i = 0; i < m; ++i)
+      for (size_t r = 0; r < n; ++r) {
+        double s = 0, mag = 0;
+        for (size_t kk = 0; kk < k; ++kk) {
+          s += codebook[idx[r * k + kk]] * x[i * k + kk];
+          mag += std::fabs(codebook[idx[r * k + kk]] * x[i * k + kk]);
+        }
+        want[i * n + r] = s > 0 ? s : 0;
+        floor[i * n + r] = mag / std::sqrt(static_cast<double>(k)) + 1e-3;
+      }
+    fam.check("clustered batch 9x37x1100", y.data(), want.data(), want.size(), 1e-5, floor.data());
+  }
+  report(fam);
+}
+
+void test_nnm(const KernelTable& t) {
+  reseed();
+  Family fam{"nnm_gather", t.name};
+  size_t index = 0;
+  for (size_t groups : {1, 3})
+    for (size_t kc : {1, 5, 8, 13, 16, 20, 40})
+      for (size_t k : {1, 5, 17, 33}) {
+        ++index;
+        const size_t pixels = 7, stride = groups * kc + 2;
+        const Activation act = kActs[index % kActCount];
+        auto cent = random_vec(pixels * stride), bias = random_vec(k);
+        std::vector<int32_t> assign(groups * k);
+        for (auto& a : assign) a = static_cast<int32_t>(rng() % kc);
+        const size_t out_stride = k + 1;
+        std::vector<float> out(pixels * out_stride);
+        const float* b = index % 3 == 0 ? nullptr : bias.data();
+        nnm_gather(cent.data(), pixels, stride, groups, kc, assign.data(), k, b, out.data(), out_stride, act,
+                   1 + index % 2, &t);
+        std::vector<double> want(pixels * k), floor(pixels * k, 0.1 * static_cast<double>(groups));
+        std::vector<float> got(pixels * k);
+        for (size_t p = 0; p < pixels; ++p)
+          for (size_t j = 0; j < k; ++j) {
+            double s = b != nullptr ? b[j] : 0.0;
+            for (size_t g = 0; g < groups; ++g) s += cent[p * stride + g * kc + assign[g * k + j]];
+            want[p * k + j] = activate_reference(static_cast<float>(s), act);
+            got[p * k + j] = out[p * out_stride + j];
+          }
+        fam.check("nnm groups=" + std::to_string(groups) + " kc=" + std::to_string(kc) + " k=" + std::to_string(k),
+                  got.data(), want.data(), want.size(), 1e-5, floor.data());
+      }
+  report(fam);
+}
+
+// ---- thread pool ----------------------------------------------------------------------------
+void test_thread_pool() {
+  Family fam{"thread_pool", "any"};
+  for (Partition part : {Partition::Static, Partition::Dynamic})
+    for (size_t threads : {1, 2, 3, 8})
+      for (size_t n : {1, 2, 5, 1000}) {
+        std::vector<std::atomic<int>> hits(n);
+        for (auto& h : hits) h = 0;
+        parallel_for(n, threads, [&](size_t b, size_t e) {
+          for (size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        }, part, 3);
+        ++fam.cases;
+        for (size_t i = 0; i < n; ++i)
+          if (hits[i] != 1 && fam.failure.empty())
+            fam.failure = "index " + std::to_string(i) + " visited " + std::to_string(hits[i].load()) + " times";
+      }
+  report(fam);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<Isa> isas = supported_isas();
+  const char* env = std::getenv("EDGESDK_CPU_ISA");
+  std::string only = env != nullptr ? env : "";
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--isa") only = argv[i + 1];
+    if (std::string(argv[i]) == "--seed") g_seed = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
+  }
+  if (!only.empty()) {
+    try {
+      isas = {parse_isa(only)};
+      (void)kernels_for(isas[0]);
+    } catch (const std::exception& e) {
+      std::printf("FAIL setup %s %s\n", only.c_str(), e.what());
+      return 2;
+    }
+  }
+  std::printf("supported isas:");
+  for (Isa isa : supported_isas()) std::printf(" %s", isa_name(isa));
+  std::printf("\n");
+  test_thread_pool();
+  std::string checked;
+  for (Isa isa : isas) {
+    const KernelTable& t = kernels_for(isa);
+    test_gemm(t);
+    test_conv(t);
+    test_depthwise(t);
+    test_pool(t);
+    test_eltwise(t);
+    test_activation(t);
+    test_softmax(t);
+    test_clustered(t);
+    test_nnm(t);
+    checked += std::string(checked.empty() ? "" : " ") + t.name;
+  }
+  std::printf("checked isas: %s\n", checked.c_str());
+  for (const Family& f : g_results)
+    if (!f.ok()) return 1;
+  return 0;
+}

@@ -1,0 +1,269 @@
+"""The C++ kernel library (cpu_native/src/kernels) checked by its standalone driver
+(cpu_native/tests/kernel_tests.cc) against the scalar references: natively with every ISA level
+this CPU runs forced in turn, and cross-compiled for aarch64 under qemu-aarch64 (NEON)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgesdk import native
+
+from test_native import INSTALL_HINT, require_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "cpu_native" / "src"
+KERNELS = SRC / "kernels"
+DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
+CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
+
+FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather"}
+PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "gemm_scalar.cc", "reference_scalar.cc"]
+# Per-file ISA flags, as in CMakeLists.txt: SIMD code only ever runs after runtime dispatch.
+X86_SIMD = {
+    "gemm_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
+    "vector_kernels_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
+    "gemm_avx512.cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
+    "vector_kernels_avx512.cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
+}
+ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": []}
+
+X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
+
+
+def _sources_digest(cxx: str, simd: dict[str, list[str]]) -> str:
+    h = hashlib.sha256(cxx.encode())
+    for path in sorted([*SRC.glob("*.h"), *SRC.glob("*.cc"), *KERNELS.iterdir(), DRIVER]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    h.update(repr(sorted(simd.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def build_driver(cxx: str, simd: dict[str, list[str]], extra: list[str], tag: str) -> Path:
+    """Compiles the driver (objects in parallel, two at a time) into the test cache, keyed by a
+    digest of every source so an unchanged tree is not rebuilt."""
+    out_dir = CACHE / f"{tag}-{_sources_digest(cxx, simd)}"
+    exe = out_dir / "kernel_tests"
+    if exe.exists():
+        return exe
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in CACHE.glob(f"{tag}-*"):  # builds of older sources
+        if stale != out_dir:
+            shutil.rmtree(stale, ignore_errors=True)
+    units = [(KERNELS / f, []) for f in PORTABLE] + [(KERNELS / f, flags) for f, flags in simd.items()]
+    units += [(SRC / "cpu_features.cc", []), (DRIVER, [])]
+
+    def compile_one(unit: tuple[Path, list[str]]) -> Path:
+        src, flags = unit
+        obj = out_dir / (src.name + ".o")
+        cmd = [cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", f"-I{SRC}", *flags, "-c", str(src), "-o", str(obj)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr}"
+        return obj
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        objects = list(pool.map(compile_one, units))
+    tmp = out_dir / "kernel_tests.tmp"
+    cmd = [cxx, *extra, "-o", str(tmp), *map(str, objects), "-pthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr}"
+    os.replace(tmp, exe)  # atomic: a parallel worker never sees a half-written binary
+    return exe
+
+
+def run_driver(*cmd: object, env: dict[str, str] | None = None) -> tuple[int, str]:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, env=env)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def verdicts(output: str) -> dict[tuple[str, str], str]:
+    """{(family, isa): "PASS" | "FAIL"} from the driver's report lines."""
+    return {(fam, isa): status for status, fam, isa in re.findall(r"^(PASS|FAIL) (\w+) (\S+)", output, re.M)}
+
+
+def assert_all_families_pass(output: str, isa: str) -> None:
+    got = verdicts(output)
+    failures = [line for line in output.splitlines() if line.startswith("FAIL")]
+    assert not failures, "kernel mismatches:\n" + "\n".join(failures)
+    missing = {fam for fam in FAMILIES if got.get((fam, isa)) != "PASS"}
+    assert not missing, f"families not reported checked for {isa}: {sorted(missing)}\n{output}"
+    assert got.get(("thread_pool", "any")) == "PASS", output
+
+
+def expected_x86_isas() -> list[str]:
+    flags = native.cpu_features().flags
+    isas = ["scalar"]
+    if all(flags.get(f) for f in ("avx2", "fma", "f16c")):
+        isas.append("avx2")
+        if all(flags.get(f) for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq")):
+            isas.append("avx512")
+    return isas
+
+
+@pytest.fixture(scope="module")
+def native_driver() -> Path:
+    if not X86_LINUX:
+        pytest.skip("the native driver build here assumes an x86-64 Linux host")
+    return build_driver(require_tool("g++", "install a C++17 compiler"), X86_SIMD, [], "x86_64")
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="x86-64 Linux host")
+def test_native_driver_reports_the_isas_this_cpu_runs(native_driver):
+    code, out = run_driver(native_driver, "--isa", "scalar")
+    assert code == 0, out
+    supported = re.search(r"^supported isas: (.*)$", out, re.M)[1].split()
+    assert supported == expected_x86_isas()
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="x86-64 Linux host")
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_native_kernels_match_scalar_reference(native_driver, isa):
+    if isa not in expected_x86_isas():
+        pytest.skip(f"this CPU cannot run the {isa} kernels (they are compiled, not executed)")
+    code, out = run_driver(native_driver, "--isa", isa)
+    assert code == 0, out
+    assert_all_families_pass(out, isa)
+    assert re.search(rf"^checked isas: {isa}$", out, re.M), out
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="x86-64 Linux host")
+def test_forcing_an_isa_the_cpu_lacks_fails_cleanly(native_driver):
+    missing = [isa for isa in ("avx512", "neon") if isa not in expected_x86_isas()]
+    env = {**os.environ, "EDGESDK_CPU_ISA": missing[0]}
+    code, out = run_driver(native_driver, env=env)
+    assert code == 2 and f"FAIL setup {missing[0]}" in out, out
+
+
+@pytest.fixture(scope="module")
+def aarch64_driver() -> Path:
+    if not X86_LINUX:
+        pytest.skip("cross-compiles from an x86-64 Linux host")
+    cxx = require_tool("aarch64-linux-gnu-g++", INSTALL_HINT)
+    return build_driver(cxx, ARM_SIMD, ["-static"], "aarch64")
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="cross-compiles from an x86-64 Linux host")
+@pytest.mark.parametrize("cpu", ["max", "cortex-a53"])
+def test_neon_kernels_under_qemu(aarch64_driver, cpu):
+    qemu = require_tool("qemu-aarch64", INSTALL_HINT)
+    listed = subprocess.run([qemu, "-cpu", "help"], capture_output=True, text=True).stdout.split()
+    assert cpu in listed, f"this qemu-aarch64 does not emulate {cpu}: {INSTALL_HINT}"
+    code, out = run_driver(qemu, "-cpu", cpu, aarch64_driver)
+    assert code == 0, out
+    assert re.search(r"^supported isas: scalar neon$", out, re.M), out
+    assert_all_families_pass(out, "neon")
+    assert_all_families_pass(out, "scalar")
+
+
+# ---- the Python bindings (edgesdk._native.kernels) ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def kernels():
+    import edgesdk._native as ext
+
+    return ext.kernels
+
+
+def test_bindings_gemm_and_fp16_weights(kernels):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((37, 70), dtype=np.float32)
+    w = rng.standard_normal((19, 70), dtype=np.float32)
+    b = rng.standard_normal(19, dtype=np.float32)
+    out = np.empty((37, 19), np.float32)
+    kernels.gemm(a, kernels.pack_gemm(w, b), out, act="relu", threads=2)
+    np.testing.assert_allclose(out, np.maximum(a @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+    half = kernels.pack_gemm(w.T.copy().astype(np.float16), b, layout="kn", fp16=True)
+    assert half.fp16 and (half.n, half.k) == (19, 70)
+    kernels.gemm(a, half, out)
+    np.testing.assert_allclose(out, a @ w.astype(np.float16).astype(np.float32).T + b, rtol=1e-4, atol=1e-4)
+
+
+def test_bindings_reject_copies(kernels):
+    p = kernels.pack_gemm(np.ones((3, 4), np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        kernels.gemm(np.ones((2, 4)), p, np.empty((2, 3), np.float32))  # float64 would need a copy
+    with pytest.raises(ValueError, match="C-contiguous"):
+        kernels.gemm(np.ones((4, 2), np.float32).T, p, np.empty((2, 3), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        kernels.gemm(np.ones((2, 4), np.float32), p, np.empty((3, 3), np.float32))
+
+
+def test_bindings_conv_matches_numpy(kernels):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 9, 8, 5), dtype=np.float32)
+    w = rng.standard_normal((7, 3, 3, 5), dtype=np.float32)  # OHWI
+    b = rng.standard_normal(7, dtype=np.float32)
+    plan = kernels.ConvPlan(kernels.pack_gemm(w.reshape(7, -1), b), [2, 9, 8, 5], (3, 3), (2, 2), (1, 1), [1, 1, 1, 1])
+    out = np.empty(plan.output_shape, np.float32)
+    plan.run(x, out, act="hardswish", threads=2)
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.empty_like(out)
+    for oy in range(out.shape[1]):
+        for ox in range(out.shape[2]):
+            patch = xp[:, 2 * oy:2 * oy + 3, 2 * ox:2 * ox + 3, :].reshape(2, -1)
+            want[:, oy, ox] = patch @ w.reshape(7, -1).T + b
+    want = want * np.clip(want / 6 + 0.5, 0, 1)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bindings_softmax_eltwise_pool(kernels):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 1000), dtype=np.float32) * 20
+    out = np.empty_like(x)
+    kernels.softmax(x, out)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-9)
+    a = rng.standard_normal((2, 3, 3, 17), dtype=np.float32)
+    ch = rng.standard_normal(17, dtype=np.float32)
+    y = np.empty_like(a)
+    kernels.binary("sub", a, ch, y, b_first=True, act="relu")
+    np.testing.assert_allclose(y, np.maximum(ch - a, 0), rtol=1e-6)
+    img = rng.standard_normal((1, 7, 7, 3), dtype=np.float32)
+    pooled = np.empty((1, 3, 3, 3), np.float32)
+    kernels.max_pool(img, pooled, (3, 3), (2, 2))
+    want = np.stack([[img[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max((0, 1)) for j in range(3)] for i in range(3)])
+    np.testing.assert_allclose(pooled[0], want)
+
+
+def test_bindings_clustered_and_nnm(kernels):
+    from edgesdk.compress.bitpack import pack_bits
+
+    rng = np.random.default_rng(3)
+    for bits, rows, cols, per_channel in [(4, 33, 200, False), (3, 5, 77, True), (8, 4, 65, False)]:
+        idx = rng.integers(0, 1 << bits, size=(rows, cols))
+        book = rng.standard_normal((rows if per_channel else 1, 1 << bits), dtype=np.float32)
+        dense = book[np.arange(rows)[:, None] if per_channel else 0, idx]
+        packed = kernels.pack_clustered(pack_bits(idx, bits), bits, rows, cols, book)
+        for m in (1, 5):
+            x = rng.standard_normal((m, cols), dtype=np.float32)
+            out = np.empty((m, rows), np.float32)
+            kernels.clustered_gemm(x, packed, out, threads=2)
+            np.testing.assert_allclose(out, x @ dense.T, rtol=1e-4, atol=1e-4)
+    cent = rng.standard_normal((6, 6, 3 * 4), dtype=np.float32)  # 3 groups of K' = 4 centroid maps
+    assign = rng.integers(0, 4, size=(3, 10)).astype(np.int32)
+    out = np.empty((6, 6, 10), np.float32)
+    kernels.nnm_gather(cent, assign, None, out)
+    want = sum(cent[..., g * 4 + assign[g]] for g in range(3))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_bindings_isa_override(kernels):
+    assert kernels.active_isa() == kernels.supported_isas()[-1]
+    kernels.set_isa("scalar")
+    try:
+        assert kernels.active_isa() == "scalar"
+        assert kernels.pack_gemm(np.ones((3, 4), np.float32)).isa == "scalar"
+    finally:
+        kernels.reset_isa()
+    with pytest.raises(ValueError, match="unknown ISA"):
+        kernels.set_isa("sse9")
