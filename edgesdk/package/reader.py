@@ -317,15 +317,14 @@ class _Columns:
         self.dtypes = _dtypes(r.array(g.TensorDtypesAsNumpy()), "tensor")
         t = len(self.dtypes)
         self.shapes = _shapes(r.array(g.TensorRanksAsNumpy()), r.array(g.TensorDimsAsNumpy()), t, "tensor")
-        self.blobs = self._column(g.TensorBlobsAsNumpy(), t, "tensor blobs")
-        self.offsets = self._column(g.TensorOffsetsAsNumpy(), t, "tensor offsets")
+        places = self._column(g.TensorPlacesAsNumpy(), 2 * t, "tensor places")
+        self.blobs, self.offsets = places[0::2], places[1::2]
         self.inputs = r.numbers(g.InputsAsNumpy())
         self.outputs = r.numbers(g.OutputsAsNumpy())
         ops = r.numbers(g.NodeOpsAsNumpy())
         n = len(ops)
-        self.input_counts = self._column(g.NodeInputCountsAsNumpy(), n, "node input counts")
-        self.output_counts = self._column(g.NodeOutputCountsAsNumpy(), n, "node output counts")
-        self.attribute_counts = self._column(g.NodeAttributeCountsAsNumpy(), n, "node attribute counts")
+        counts = self._column(g.NodeCountsAsNumpy(), 3 * n, "node counts")
+        self.input_counts, self.output_counts, self.attribute_counts = counts[0::3], counts[1::3], counts[2::3]
         self.node_tensors = self._column(g.NodeTensorsAsNumpy(), sum(self.input_counts) + sum(self.output_counts),
                                          "node tensors")
         self.node_values = self._column(g.NodeAttributesAsNumpy(), sum(self.attribute_counts), "node attributes")
@@ -357,8 +356,8 @@ class _Columns:
         g, r = self.g, self.r
         names = r.numbers(g.ValueNamesAsNumpy())
         kinds = self._column(g.ValueKindsAsNumpy(), len(names), "value kinds")
-        int_counts = self._column(g.ValueIntCountsAsNumpy(), len(names), "value int counts")
-        float_counts = self._column(g.ValueFloatCountsAsNumpy(), len(names), "value float counts")
+        counts = self._column(g.ValueCountsAsNumpy(), 2 * len(names), "value counts")
+        int_counts, float_counts = counts[0::2], counts[1::2]
         ints = self._column(g.ValueIntsAsNumpy(), sum(int_counts), "integer values")
         floats = self._column(g.ValueFloatsAsNumpy(), sum(float_counts), "float values")
         at_int = at_float = 0
@@ -400,13 +399,13 @@ class _Columns:
         tensors = r.numbers(g.EncodingTensorsAsNumpy())
         e = len(tensors)
         kinds = self._column(g.EncodingKindsAsNumpy(), e, "encoding kinds")
-        param_counts = self._column(g.EncodingParamCountsAsNumpy(), e, "encoding parameter counts")
+        counts = self._column(g.EncodingCountsAsNumpy(), 2 * e, "encoding counts")
+        param_counts, array_counts = counts[0::2], counts[1::2]
         params = self._column(g.EncodingParamsAsNumpy(), sum(param_counts), "encoding parameters")
-        array_counts = self._column(g.EncodingArrayCountsAsNumpy(), e, "encoding array counts")
         a = sum(array_counts)
         names = self._column(g.ArrayNamesAsNumpy(), a, "array names")
-        blobs = self._column(g.ArrayBlobsAsNumpy(), a, "array blobs")
-        offsets = self._column(g.ArrayOffsetsAsNumpy(), a, "array offsets")
+        places = self._column(g.ArrayPlacesAsNumpy(), 2 * a, "array places")
+        blobs, offsets = places[0::2], places[1::2]
         dtypes = _dtypes(r.array(g.ArrayDtypesAsNumpy()), "encoding array")
         shapes = _shapes(r.array(g.ArrayRanksAsNumpy()), r.array(g.ArrayDimsAsNumpy()), a, "encoding array")
         if len(dtypes) != a:

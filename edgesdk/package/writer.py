@@ -353,30 +353,24 @@ class _GraphColumns:
             (g.AddTensorDtypes, self.t_dtypes, "i1", "tensor dtypes"),
             (g.AddTensorRanks, self.t_ranks, "u1", "tensor ranks"),
             (g.AddTensorDims, _dims(self.t_dims, "a tensor"), "<i4", "tensor shapes"),
-            (g.AddTensorBlobs, self.t_blobs, "<u4", "tensor blobs"),
-            (g.AddTensorOffsets, self.t_offsets, "<u4", "tensor offsets"),
+            (g.AddTensorPlaces, _pairs(self.t_blobs, self.t_offsets), "<u4", "tensor places"),
             (g.AddInputs, self.inputs, "<i4", "graph inputs"),
             (g.AddOutputs, self.outputs, "<i4", "graph outputs"),
             (g.AddNodeOps, self.n_ops, "<u4", "node ops"),
-            (g.AddNodeInputCounts, _counts(self.n_inputs, "inputs"), "<u2", "node inputs"),
-            (g.AddNodeOutputCounts, _counts(self.n_outputs, "outputs"), "<u2", "node outputs"),
-            (g.AddNodeAttributeCounts, _counts(self.n_attributes, "attributes"), "<u2", "node attributes"),
+            (g.AddNodeCounts, _counts(self.n_inputs, self.n_outputs, self.n_attributes), "<u2", "node counts"),
             (g.AddNodeTensors, self.n_tensors, "<i4", "node tensors"),
             (g.AddNodeAttributes, self.n_values, "<u4", "node attributes"),
             (g.AddValueNames, self.v_names, "<u4", "value names"),
             (g.AddValueKinds, self.v_kinds, "u1", "value kinds"),
-            (g.AddValueIntCounts, _counts(self.v_int_counts, "integers"), "<u2", "value ints"),
-            (g.AddValueFloatCounts, _counts(self.v_float_counts, "floats"), "<u2", "value floats"),
+            (g.AddValueCounts, _counts(self.v_int_counts, self.v_float_counts), "<u2", "value counts"),
             (g.AddValueInts, self.v_ints, "<i8", "integer values"),
             (g.AddValueFloats, self.v_floats, "<f8", "float values"),
             (g.AddEncodingTensors, self.e_tensors, "<u4", "encoding tensors"),
             (g.AddEncodingKinds, self.e_kinds, "<u4", "encoding kinds"),
-            (g.AddEncodingParamCounts, _counts(self.e_params, "parameters"), "<u2", "encoding parameters"),
+            (g.AddEncodingCounts, _counts(self.e_params, self.e_arrays), "<u2", "encoding counts"),
             (g.AddEncodingParams, self.e_values, "<u4", "encoding parameters"),
-            (g.AddEncodingArrayCounts, _counts(self.e_arrays, "arrays"), "<u2", "encoding arrays"),
             (g.AddArrayNames, self.a_names, "<u4", "array names"),
-            (g.AddArrayBlobs, self.a_blobs, "<u4", "array blobs"),
-            (g.AddArrayOffsets, self.a_offsets, "<u4", "array offsets"),
+            (g.AddArrayPlaces, _pairs(self.a_blobs, self.a_offsets), "<u4", "array places"),
             (g.AddArrayDtypes, self.a_dtypes, "i1", "array dtypes"),
             (g.AddArrayRanks, self.a_ranks, "u1", "array ranks"),
             (g.AddArrayDims, _dims(self.a_dims, "an encoded array"), "<i4", "array shapes"),
@@ -509,10 +503,18 @@ def _dims(values: list[int], what: str) -> list[int]:
     return values
 
 
-def _counts(values: list[int], what: str) -> list[int]:
-    if values and max(values) > 0xFFFF:
-        raise PackageError(f"an entry with {max(values)} {what}; packages hold at most 65535")
-    return values
+def _pairs(first: list[int], second: list[int]) -> list[int]:
+    """Two columns interleaved: a0, b0, a1, b1, ..."""
+    return [x for pair in zip(first, second) for x in pair]
+
+
+def _counts(*columns: list[int]) -> list[int]:
+    """Count columns interleaved (per entry: the first column's count, the second's, ...)."""
+    top = max((max(c) for c in columns if c), default=0)
+    if top > 0xFFFF:
+        raise PackageError(f"a node, value or encoding with {top} entries (inputs, list elements or "
+                           f"arrays); packages hold at most 65535")
+    return [x for entry in zip(*columns) for x in entry]
 
 
 def _scalar_kind(value: Any) -> int | None:

@@ -171,7 +171,7 @@ class Graph(object):
         return o == 0
 
     # Graph
-    def TensorBlobs(self, j):
+    def TensorPlaces(self, j):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         if o != 0:
             a = self._tab.Vector(o)
@@ -179,54 +179,27 @@ class Graph(object):
         return 0
 
     # Graph
-    def TensorBlobsAsNumpy(self):
+    def TensorPlacesAsNumpy(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
-    def TensorBlobsLength(self):
+    def TensorPlacesLength(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def TensorBlobsIsNone(self):
+    def TensorPlacesIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
-        return o == 0
-
-    # Graph
-    def TensorOffsets(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
-        return 0
-
-    # Graph
-    def TensorOffsetsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
-        return 0
-
-    # Graph
-    def TensorOffsetsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Graph
-    def TensorOffsetsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
     # Graph
     def Inputs(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -234,26 +207,26 @@ class Graph(object):
 
     # Graph
     def InputsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
     def InputsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def InputsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
         return o == 0
 
     # Graph
     def Outputs(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -261,26 +234,26 @@ class Graph(object):
 
     # Graph
     def OutputsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
     def OutputsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def OutputsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
         return o == 0
 
     # Graph
     def NodeOps(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -288,107 +261,53 @@ class Graph(object):
 
     # Graph
     def NodeOpsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def NodeOpsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def NodeOpsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        return o == 0
+
+    # Graph
+    def NodeCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
+        return 0
+
+    # Graph
+    def NodeCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
+        return 0
+
+    # Graph
+    def NodeCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Graph
+    def NodeCountsIsNone(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
         return o == 0
 
     # Graph
-    def NodeInputCounts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
-        return 0
-
-    # Graph
-    def NodeInputCountsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
-        return 0
-
-    # Graph
-    def NodeInputCountsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Graph
-    def NodeInputCountsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
-        return o == 0
-
-    # Graph
-    def NodeOutputCounts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
-        return 0
-
-    # Graph
-    def NodeOutputCountsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
-        return 0
-
-    # Graph
-    def NodeOutputCountsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Graph
-    def NodeOutputCountsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
-        return o == 0
-
-    # Graph
-    def NodeAttributeCounts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
-        return 0
-
-    # Graph
-    def NodeAttributeCountsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
-        return 0
-
-    # Graph
-    def NodeAttributeCountsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Graph
-    def NodeAttributeCountsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
-        return o == 0
-
-    # Graph
     def NodeTensors(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -396,26 +315,26 @@ class Graph(object):
 
     # Graph
     def NodeTensorsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
     def NodeTensorsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def NodeTensorsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
         return o == 0
 
     # Graph
     def NodeAttributes(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -423,26 +342,26 @@ class Graph(object):
 
     # Graph
     def NodeAttributesAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def NodeAttributesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def NodeAttributesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
         return o == 0
 
     # Graph
     def ValueNames(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -450,26 +369,26 @@ class Graph(object):
 
     # Graph
     def ValueNamesAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def ValueNamesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ValueNamesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
         return o == 0
 
     # Graph
     def ValueKinds(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
@@ -477,80 +396,53 @@ class Graph(object):
 
     # Graph
     def ValueKindsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
         return 0
 
     # Graph
     def ValueKindsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ValueKindsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
         return o == 0
 
     # Graph
-    def ValueIntCounts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+    def ValueCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
         return 0
 
     # Graph
-    def ValueIntCountsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+    def ValueCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
         return 0
 
     # Graph
-    def ValueIntCountsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+    def ValueCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def ValueIntCountsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
-        return o == 0
-
-    # Graph
-    def ValueFloatCounts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
-        return 0
-
-    # Graph
-    def ValueFloatCountsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
-        return 0
-
-    # Graph
-    def ValueFloatCountsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Graph
-    def ValueFloatCountsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+    def ValueCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         return o == 0
 
     # Graph
     def ValueInts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
@@ -558,26 +450,26 @@ class Graph(object):
 
     # Graph
     def ValueIntsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
         return 0
 
     # Graph
     def ValueIntsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ValueIntsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
         return o == 0
 
     # Graph
     def ValueFloats(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Float64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
@@ -585,26 +477,26 @@ class Graph(object):
 
     # Graph
     def ValueFloatsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Float64Flags, o)
         return 0
 
     # Graph
     def ValueFloatsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ValueFloatsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
         return o == 0
 
     # Graph
     def EncodingTensors(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -612,26 +504,26 @@ class Graph(object):
 
     # Graph
     def EncodingTensorsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def EncodingTensorsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def EncodingTensorsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
         return o == 0
 
     # Graph
     def EncodingKinds(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -639,53 +531,53 @@ class Graph(object):
 
     # Graph
     def EncodingKindsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def EncodingKindsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def EncodingKindsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
         return o == 0
 
     # Graph
-    def EncodingParamCounts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+    def EncodingCounts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
         return 0
 
     # Graph
-    def EncodingParamCountsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+    def EncodingCountsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
         return 0
 
     # Graph
-    def EncodingParamCountsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+    def EncodingCountsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def EncodingParamCountsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
+    def EncodingCountsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(44))
         return o == 0
 
     # Graph
     def EncodingParams(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -693,53 +585,26 @@ class Graph(object):
 
     # Graph
     def EncodingParamsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def EncodingParamsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def EncodingParamsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
-        return o == 0
-
-    # Graph
-    def EncodingArrayCounts(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint16Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 2))
-        return 0
-
-    # Graph
-    def EncodingArrayCountsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint16Flags, o)
-        return 0
-
-    # Graph
-    def EncodingArrayCountsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Graph
-    def EncodingArrayCountsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(46))
         return o == 0
 
     # Graph
     def ArrayNames(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -747,80 +612,53 @@ class Graph(object):
 
     # Graph
     def ArrayNamesAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
     def ArrayNamesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ArrayNamesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(58))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(48))
         return o == 0
 
     # Graph
-    def ArrayBlobs(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
+    def ArrayPlaces(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
         return 0
 
     # Graph
-    def ArrayBlobsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
+    def ArrayPlacesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
         return 0
 
     # Graph
-    def ArrayBlobsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
+    def ArrayPlacesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
-    def ArrayBlobsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(60))
-        return o == 0
-
-    # Graph
-    def ArrayOffsets(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
-        if o != 0:
-            a = self._tab.Vector(o)
-            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
-        return 0
-
-    # Graph
-    def ArrayOffsetsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
-        if o != 0:
-            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
-        return 0
-
-    # Graph
-    def ArrayOffsetsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
-        if o != 0:
-            return self._tab.VectorLen(o)
-        return 0
-
-    # Graph
-    def ArrayOffsetsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(62))
+    def ArrayPlacesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(50))
         return o == 0
 
     # Graph
     def ArrayDtypes(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
@@ -828,26 +666,26 @@ class Graph(object):
 
     # Graph
     def ArrayDtypesAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int8Flags, o)
         return 0
 
     # Graph
     def ArrayDtypesLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ArrayDtypesIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(64))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(52))
         return o == 0
 
     # Graph
     def ArrayRanks(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
@@ -855,26 +693,26 @@ class Graph(object):
 
     # Graph
     def ArrayRanksAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
         return 0
 
     # Graph
     def ArrayRanksLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ArrayRanksIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(54))
         return o == 0
 
     # Graph
     def ArrayDims(self, j):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
         if o != 0:
             a = self._tab.Vector(o)
             return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
@@ -882,25 +720,25 @@ class Graph(object):
 
     # Graph
     def ArrayDimsAsNumpy(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
         if o != 0:
             return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
         return 0
 
     # Graph
     def ArrayDimsLength(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
         if o != 0:
             return self._tab.VectorLen(o)
         return 0
 
     # Graph
     def ArrayDimsIsNone(self):
-        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(56))
         return o == 0
 
 def GraphStart(builder):
-    builder.StartObject(33)
+    builder.StartObject(27)
 
 def Start(builder):
     GraphStart(builder)
@@ -971,32 +809,20 @@ def GraphStartTensorDimsVector(builder, numElems):
 def StartTensorDimsVector(builder, numElems):
     return GraphStartTensorDimsVector(builder, numElems)
 
-def GraphAddTensorBlobs(builder, tensorBlobs):
-    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(tensorBlobs), 0)
+def GraphAddTensorPlaces(builder, tensorPlaces):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(tensorPlaces), 0)
 
-def AddTensorBlobs(builder, tensorBlobs):
-    GraphAddTensorBlobs(builder, tensorBlobs)
+def AddTensorPlaces(builder, tensorPlaces):
+    GraphAddTensorPlaces(builder, tensorPlaces)
 
-def GraphStartTensorBlobsVector(builder, numElems):
+def GraphStartTensorPlacesVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
-def StartTensorBlobsVector(builder, numElems):
-    return GraphStartTensorBlobsVector(builder, numElems)
-
-def GraphAddTensorOffsets(builder, tensorOffsets):
-    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(tensorOffsets), 0)
-
-def AddTensorOffsets(builder, tensorOffsets):
-    GraphAddTensorOffsets(builder, tensorOffsets)
-
-def GraphStartTensorOffsetsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def StartTensorOffsetsVector(builder, numElems):
-    return GraphStartTensorOffsetsVector(builder, numElems)
+def StartTensorPlacesVector(builder, numElems):
+    return GraphStartTensorPlacesVector(builder, numElems)
 
 def GraphAddInputs(builder, inputs):
-    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(inputs), 0)
 
 def AddInputs(builder, inputs):
     GraphAddInputs(builder, inputs)
@@ -1008,7 +834,7 @@ def StartInputsVector(builder, numElems):
     return GraphStartInputsVector(builder, numElems)
 
 def GraphAddOutputs(builder, outputs):
-    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(outputs), 0)
 
 def AddOutputs(builder, outputs):
     GraphAddOutputs(builder, outputs)
@@ -1020,7 +846,7 @@ def StartOutputsVector(builder, numElems):
     return GraphStartOutputsVector(builder, numElems)
 
 def GraphAddNodeOps(builder, nodeOps):
-    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOps), 0)
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOps), 0)
 
 def AddNodeOps(builder, nodeOps):
     GraphAddNodeOps(builder, nodeOps)
@@ -1031,44 +857,20 @@ def GraphStartNodeOpsVector(builder, numElems):
 def StartNodeOpsVector(builder, numElems):
     return GraphStartNodeOpsVector(builder, numElems)
 
-def GraphAddNodeInputCounts(builder, nodeInputCounts):
-    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(nodeInputCounts), 0)
+def GraphAddNodeCounts(builder, nodeCounts):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(nodeCounts), 0)
 
-def AddNodeInputCounts(builder, nodeInputCounts):
-    GraphAddNodeInputCounts(builder, nodeInputCounts)
+def AddNodeCounts(builder, nodeCounts):
+    GraphAddNodeCounts(builder, nodeCounts)
 
-def GraphStartNodeInputCountsVector(builder, numElems):
+def GraphStartNodeCountsVector(builder, numElems):
     return builder.StartVector(2, numElems, 2)
 
-def StartNodeInputCountsVector(builder, numElems):
-    return GraphStartNodeInputCountsVector(builder, numElems)
-
-def GraphAddNodeOutputCounts(builder, nodeOutputCounts):
-    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(nodeOutputCounts), 0)
-
-def AddNodeOutputCounts(builder, nodeOutputCounts):
-    GraphAddNodeOutputCounts(builder, nodeOutputCounts)
-
-def GraphStartNodeOutputCountsVector(builder, numElems):
-    return builder.StartVector(2, numElems, 2)
-
-def StartNodeOutputCountsVector(builder, numElems):
-    return GraphStartNodeOutputCountsVector(builder, numElems)
-
-def GraphAddNodeAttributeCounts(builder, nodeAttributeCounts):
-    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(nodeAttributeCounts), 0)
-
-def AddNodeAttributeCounts(builder, nodeAttributeCounts):
-    GraphAddNodeAttributeCounts(builder, nodeAttributeCounts)
-
-def GraphStartNodeAttributeCountsVector(builder, numElems):
-    return builder.StartVector(2, numElems, 2)
-
-def StartNodeAttributeCountsVector(builder, numElems):
-    return GraphStartNodeAttributeCountsVector(builder, numElems)
+def StartNodeCountsVector(builder, numElems):
+    return GraphStartNodeCountsVector(builder, numElems)
 
 def GraphAddNodeTensors(builder, nodeTensors):
-    builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(nodeTensors), 0)
+    builder.PrependUOffsetTRelativeSlot(11, flatbuffers.number_types.UOffsetTFlags.py_type(nodeTensors), 0)
 
 def AddNodeTensors(builder, nodeTensors):
     GraphAddNodeTensors(builder, nodeTensors)
@@ -1080,7 +882,7 @@ def StartNodeTensorsVector(builder, numElems):
     return GraphStartNodeTensorsVector(builder, numElems)
 
 def GraphAddNodeAttributes(builder, nodeAttributes):
-    builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(nodeAttributes), 0)
+    builder.PrependUOffsetTRelativeSlot(12, flatbuffers.number_types.UOffsetTFlags.py_type(nodeAttributes), 0)
 
 def AddNodeAttributes(builder, nodeAttributes):
     GraphAddNodeAttributes(builder, nodeAttributes)
@@ -1092,7 +894,7 @@ def StartNodeAttributesVector(builder, numElems):
     return GraphStartNodeAttributesVector(builder, numElems)
 
 def GraphAddValueNames(builder, valueNames):
-    builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(valueNames), 0)
+    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(valueNames), 0)
 
 def AddValueNames(builder, valueNames):
     GraphAddValueNames(builder, valueNames)
@@ -1104,7 +906,7 @@ def StartValueNamesVector(builder, numElems):
     return GraphStartValueNamesVector(builder, numElems)
 
 def GraphAddValueKinds(builder, valueKinds):
-    builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(valueKinds), 0)
+    builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(valueKinds), 0)
 
 def AddValueKinds(builder, valueKinds):
     GraphAddValueKinds(builder, valueKinds)
@@ -1115,32 +917,20 @@ def GraphStartValueKindsVector(builder, numElems):
 def StartValueKindsVector(builder, numElems):
     return GraphStartValueKindsVector(builder, numElems)
 
-def GraphAddValueIntCounts(builder, valueIntCounts):
-    builder.PrependUOffsetTRelativeSlot(18, flatbuffers.number_types.UOffsetTFlags.py_type(valueIntCounts), 0)
+def GraphAddValueCounts(builder, valueCounts):
+    builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(valueCounts), 0)
 
-def AddValueIntCounts(builder, valueIntCounts):
-    GraphAddValueIntCounts(builder, valueIntCounts)
+def AddValueCounts(builder, valueCounts):
+    GraphAddValueCounts(builder, valueCounts)
 
-def GraphStartValueIntCountsVector(builder, numElems):
+def GraphStartValueCountsVector(builder, numElems):
     return builder.StartVector(2, numElems, 2)
 
-def StartValueIntCountsVector(builder, numElems):
-    return GraphStartValueIntCountsVector(builder, numElems)
-
-def GraphAddValueFloatCounts(builder, valueFloatCounts):
-    builder.PrependUOffsetTRelativeSlot(19, flatbuffers.number_types.UOffsetTFlags.py_type(valueFloatCounts), 0)
-
-def AddValueFloatCounts(builder, valueFloatCounts):
-    GraphAddValueFloatCounts(builder, valueFloatCounts)
-
-def GraphStartValueFloatCountsVector(builder, numElems):
-    return builder.StartVector(2, numElems, 2)
-
-def StartValueFloatCountsVector(builder, numElems):
-    return GraphStartValueFloatCountsVector(builder, numElems)
+def StartValueCountsVector(builder, numElems):
+    return GraphStartValueCountsVector(builder, numElems)
 
 def GraphAddValueInts(builder, valueInts):
-    builder.PrependUOffsetTRelativeSlot(20, flatbuffers.number_types.UOffsetTFlags.py_type(valueInts), 0)
+    builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(valueInts), 0)
 
 def AddValueInts(builder, valueInts):
     GraphAddValueInts(builder, valueInts)
@@ -1152,7 +942,7 @@ def StartValueIntsVector(builder, numElems):
     return GraphStartValueIntsVector(builder, numElems)
 
 def GraphAddValueFloats(builder, valueFloats):
-    builder.PrependUOffsetTRelativeSlot(21, flatbuffers.number_types.UOffsetTFlags.py_type(valueFloats), 0)
+    builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(valueFloats), 0)
 
 def AddValueFloats(builder, valueFloats):
     GraphAddValueFloats(builder, valueFloats)
@@ -1164,7 +954,7 @@ def StartValueFloatsVector(builder, numElems):
     return GraphStartValueFloatsVector(builder, numElems)
 
 def GraphAddEncodingTensors(builder, encodingTensors):
-    builder.PrependUOffsetTRelativeSlot(22, flatbuffers.number_types.UOffsetTFlags.py_type(encodingTensors), 0)
+    builder.PrependUOffsetTRelativeSlot(18, flatbuffers.number_types.UOffsetTFlags.py_type(encodingTensors), 0)
 
 def AddEncodingTensors(builder, encodingTensors):
     GraphAddEncodingTensors(builder, encodingTensors)
@@ -1176,7 +966,7 @@ def StartEncodingTensorsVector(builder, numElems):
     return GraphStartEncodingTensorsVector(builder, numElems)
 
 def GraphAddEncodingKinds(builder, encodingKinds):
-    builder.PrependUOffsetTRelativeSlot(23, flatbuffers.number_types.UOffsetTFlags.py_type(encodingKinds), 0)
+    builder.PrependUOffsetTRelativeSlot(19, flatbuffers.number_types.UOffsetTFlags.py_type(encodingKinds), 0)
 
 def AddEncodingKinds(builder, encodingKinds):
     GraphAddEncodingKinds(builder, encodingKinds)
@@ -1187,20 +977,20 @@ def GraphStartEncodingKindsVector(builder, numElems):
 def StartEncodingKindsVector(builder, numElems):
     return GraphStartEncodingKindsVector(builder, numElems)
 
-def GraphAddEncodingParamCounts(builder, encodingParamCounts):
-    builder.PrependUOffsetTRelativeSlot(24, flatbuffers.number_types.UOffsetTFlags.py_type(encodingParamCounts), 0)
+def GraphAddEncodingCounts(builder, encodingCounts):
+    builder.PrependUOffsetTRelativeSlot(20, flatbuffers.number_types.UOffsetTFlags.py_type(encodingCounts), 0)
 
-def AddEncodingParamCounts(builder, encodingParamCounts):
-    GraphAddEncodingParamCounts(builder, encodingParamCounts)
+def AddEncodingCounts(builder, encodingCounts):
+    GraphAddEncodingCounts(builder, encodingCounts)
 
-def GraphStartEncodingParamCountsVector(builder, numElems):
+def GraphStartEncodingCountsVector(builder, numElems):
     return builder.StartVector(2, numElems, 2)
 
-def StartEncodingParamCountsVector(builder, numElems):
-    return GraphStartEncodingParamCountsVector(builder, numElems)
+def StartEncodingCountsVector(builder, numElems):
+    return GraphStartEncodingCountsVector(builder, numElems)
 
 def GraphAddEncodingParams(builder, encodingParams):
-    builder.PrependUOffsetTRelativeSlot(25, flatbuffers.number_types.UOffsetTFlags.py_type(encodingParams), 0)
+    builder.PrependUOffsetTRelativeSlot(21, flatbuffers.number_types.UOffsetTFlags.py_type(encodingParams), 0)
 
 def AddEncodingParams(builder, encodingParams):
     GraphAddEncodingParams(builder, encodingParams)
@@ -1211,20 +1001,8 @@ def GraphStartEncodingParamsVector(builder, numElems):
 def StartEncodingParamsVector(builder, numElems):
     return GraphStartEncodingParamsVector(builder, numElems)
 
-def GraphAddEncodingArrayCounts(builder, encodingArrayCounts):
-    builder.PrependUOffsetTRelativeSlot(26, flatbuffers.number_types.UOffsetTFlags.py_type(encodingArrayCounts), 0)
-
-def AddEncodingArrayCounts(builder, encodingArrayCounts):
-    GraphAddEncodingArrayCounts(builder, encodingArrayCounts)
-
-def GraphStartEncodingArrayCountsVector(builder, numElems):
-    return builder.StartVector(2, numElems, 2)
-
-def StartEncodingArrayCountsVector(builder, numElems):
-    return GraphStartEncodingArrayCountsVector(builder, numElems)
-
 def GraphAddArrayNames(builder, arrayNames):
-    builder.PrependUOffsetTRelativeSlot(27, flatbuffers.number_types.UOffsetTFlags.py_type(arrayNames), 0)
+    builder.PrependUOffsetTRelativeSlot(22, flatbuffers.number_types.UOffsetTFlags.py_type(arrayNames), 0)
 
 def AddArrayNames(builder, arrayNames):
     GraphAddArrayNames(builder, arrayNames)
@@ -1235,32 +1013,20 @@ def GraphStartArrayNamesVector(builder, numElems):
 def StartArrayNamesVector(builder, numElems):
     return GraphStartArrayNamesVector(builder, numElems)
 
-def GraphAddArrayBlobs(builder, arrayBlobs):
-    builder.PrependUOffsetTRelativeSlot(28, flatbuffers.number_types.UOffsetTFlags.py_type(arrayBlobs), 0)
+def GraphAddArrayPlaces(builder, arrayPlaces):
+    builder.PrependUOffsetTRelativeSlot(23, flatbuffers.number_types.UOffsetTFlags.py_type(arrayPlaces), 0)
 
-def AddArrayBlobs(builder, arrayBlobs):
-    GraphAddArrayBlobs(builder, arrayBlobs)
+def AddArrayPlaces(builder, arrayPlaces):
+    GraphAddArrayPlaces(builder, arrayPlaces)
 
-def GraphStartArrayBlobsVector(builder, numElems):
+def GraphStartArrayPlacesVector(builder, numElems):
     return builder.StartVector(4, numElems, 4)
 
-def StartArrayBlobsVector(builder, numElems):
-    return GraphStartArrayBlobsVector(builder, numElems)
-
-def GraphAddArrayOffsets(builder, arrayOffsets):
-    builder.PrependUOffsetTRelativeSlot(29, flatbuffers.number_types.UOffsetTFlags.py_type(arrayOffsets), 0)
-
-def AddArrayOffsets(builder, arrayOffsets):
-    GraphAddArrayOffsets(builder, arrayOffsets)
-
-def GraphStartArrayOffsetsVector(builder, numElems):
-    return builder.StartVector(4, numElems, 4)
-
-def StartArrayOffsetsVector(builder, numElems):
-    return GraphStartArrayOffsetsVector(builder, numElems)
+def StartArrayPlacesVector(builder, numElems):
+    return GraphStartArrayPlacesVector(builder, numElems)
 
 def GraphAddArrayDtypes(builder, arrayDtypes):
-    builder.PrependUOffsetTRelativeSlot(30, flatbuffers.number_types.UOffsetTFlags.py_type(arrayDtypes), 0)
+    builder.PrependUOffsetTRelativeSlot(24, flatbuffers.number_types.UOffsetTFlags.py_type(arrayDtypes), 0)
 
 def AddArrayDtypes(builder, arrayDtypes):
     GraphAddArrayDtypes(builder, arrayDtypes)
@@ -1272,7 +1038,7 @@ def StartArrayDtypesVector(builder, numElems):
     return GraphStartArrayDtypesVector(builder, numElems)
 
 def GraphAddArrayRanks(builder, arrayRanks):
-    builder.PrependUOffsetTRelativeSlot(31, flatbuffers.number_types.UOffsetTFlags.py_type(arrayRanks), 0)
+    builder.PrependUOffsetTRelativeSlot(25, flatbuffers.number_types.UOffsetTFlags.py_type(arrayRanks), 0)
 
 def AddArrayRanks(builder, arrayRanks):
     GraphAddArrayRanks(builder, arrayRanks)
@@ -1284,7 +1050,7 @@ def StartArrayRanksVector(builder, numElems):
     return GraphStartArrayRanksVector(builder, numElems)
 
 def GraphAddArrayDims(builder, arrayDims):
-    builder.PrependUOffsetTRelativeSlot(32, flatbuffers.number_types.UOffsetTFlags.py_type(arrayDims), 0)
+    builder.PrependUOffsetTRelativeSlot(26, flatbuffers.number_types.UOffsetTFlags.py_type(arrayDims), 0)
 
 def AddArrayDims(builder, arrayDims):
     GraphAddArrayDims(builder, arrayDims)
