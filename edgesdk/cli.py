@@ -347,6 +347,36 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- devices ---------------------------------------------------------------------------------
+def cmd_devices(args: argparse.Namespace) -> int:
+    from . import native
+    from .backends.cpu import physical_cores
+    features = native.cpu_features()
+    cpu = {"arch": features.arch, "vendor": features.vendor, "model": features.model,
+           "features": sorted(name for name, present in features.flags.items() if present),
+           "isa_path": native.active_isa(), "supported_isas": native.supported_isas(),
+           "physical_cores": physical_cores()}
+    try:
+        from .backends.opencl import describe_devices
+        opencl, opencl_note = describe_devices(), None
+    except (ImportError, EdgeSDKError) as exc:
+        opencl, opencl_note = [], f"no OpenCL device listed: {exc}"
+    if args.json:
+        _emit_json({"cpu": cpu, "opencl": opencl, "opencl_note": opencl_note})
+        return 0
+    print(f"cpu: {cpu['vendor']} {cpu['model']} ({cpu['arch']}), {cpu['physical_cores']} physical cores")
+    print(f"  features: {' '.join(cpu['features']) or '(none)'}")
+    print(f"  cpu backend kernels: {cpu['isa_path']} (this CPU runs: {', '.join(cpu['supported_isas'])}; "
+          "EDGESDK_CPU_ISA forces one)")
+    if opencl_note:
+        print(opencl_note)
+    for device in opencl:
+        summary = ", ".join(f"{key} {device[key]}" for key in ("type", "opencl_version", "compute_units")
+                            if key in device)
+        print(f"opencl [{device.get('index')}]: {device.get('device', '?')} ({summary})")
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from .backends import backend_names
@@ -416,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prune-ramp", type=float, default=None, metavar="F",
                    help="gradual pruning over this fraction of the retraining epochs (0: one-shot masks)")
     p.set_defaults(func=cmd_finetune)
+
+    p = sub.add_parser("devices", parents=[common], help="CPU features, the cpu backend's kernel path, OpenCL devices")
+    p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("quickstart", parents=[common], help="the embedded default model end to end")
     p.set_defaults(func=cmd_quickstart)

@@ -29,16 +29,18 @@ class CpuFeatures:
     flags: Mapping[str, bool] = field(hash=False)
 
     def isa_path(self) -> str:
-        """Name of the best kernel family this CPU runs: avx512, avx2, neon-fp16, neon or scalar."""
+        """The kernel family the native dispatch picks on these features: avx512, avx2, neon or
+        scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``: AVX-512 needs F, BW, VL and DQ
+        plus FMA and F16C, AVX2 needs FMA and F16C, NEON is plain AArch64 Advanced SIMD (there is
+        no separate fp16-arithmetic family). EDGESDK_CPU_ISA can force a lower level; see
+        :func:`active_isa` for what this process actually runs."""
         def has(*names: str) -> bool:
             return all(self.flags.get(name, False) for name in names)
 
-        if has("avx512f", "avx512bw", "avx512vl"):
+        if has("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"):
             return "avx512"
         if has("avx2", "fma", "f16c"):
             return "avx2"
-        if has("neon", "fp16"):
-            return "neon-fp16"
         if has("neon"):
             return "neon"
         return "scalar"
@@ -66,3 +68,14 @@ def cpu_features() -> CpuFeatures:
 def build_info() -> dict[str, Any]:
     """How the extension was compiled: compiler, compiler_version, arch, cxx_standard."""
     return dict(_native().build_info())
+
+
+def active_isa() -> str:
+    """The kernel level this process runs: :meth:`CpuFeatures.isa_path` unless EDGESDK_CPU_ISA
+    (or a test) forced another supported one."""
+    return str(_native().kernels.active_isa())
+
+
+def supported_isas() -> list[str]:
+    """Every kernel level this CPU can run, lowest first (each can be forced with EDGESDK_CPU_ISA)."""
+    return [str(isa) for isa in _native().kernels.supported_isas()]

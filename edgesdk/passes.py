@@ -32,10 +32,12 @@ def fold_constants(graph: Graph) -> int:
     folded = 0
     remaining: list[Node] = []
     for node in graph.nodes:
-        values = [graph.const(i) for i in node.inputs]
-        if any(v is None for v, name in zip(values, node.inputs) if name):
+        # check before reading values: graph.const decodes a compressed weight, and a Conv with
+        # a clustered weight must keep it compressed for the backends that run it that way
+        if not all(name in graph.tensors and graph.tensors[name].is_constant for name in node.inputs if name):
             remaining.append(node)
             continue
+        values = [graph.const(i) for i in node.inputs]
         for name, value in zip(node.outputs, evaluate(node, values)):
             if name:
                 graph.add_constant(name, np.asarray(value))

@@ -3,6 +3,8 @@
 
     python tools/bench.py MODEL.onnx --backend reference --threads 1
     python tools/bench.py default            # the embedded digits model
+    python tools/bench.py zoo --backend cpu --threads 1 2   # the five zoo models at 224x224 (LeNet 32x32)
+    python tools/bench.py resnet18 --backend cpu            # one zoo model by name
 
 Both runtimes are measured in alternating rounds inside one process (so machine noise hits both),
 each round warming up and then repeating for a minimum time. The ratio is edgesdk's median over
@@ -53,35 +55,69 @@ def bench(model: str, backend: str, threads: int, precision: str, rounds: int, m
             "ratio_min": a.min_ms / b.min_ms, "machine": f"{platform.machine()} {platform.processor() or ''}".strip()}
 
 
+# The models issue 5 sets targets for, batch 1 at their full-size input (exported through the
+# test zoo's cache: tests/.cache/onnx, torch needed only for a first export).
+ZOO_BENCH = ["mobilenet_v2", "resnet18", "mobilenet_v3_style", "squeezenet", "lenet5"]
+
+
+def resolve_models(model: str) -> list[str]:
+    """'default', 'zoo', a zoo model name or a path -> model files."""
+    if model == "default":
+        return [str(default_model_path())]
+    names = ZOO_BENCH if model == "zoo" else [model] if not Path(model).suffix else []
+    if not names:
+        return [model]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from zoo import export_onnx, get_spec
+    return [str(export_onnx(name, input_shape=get_spec(name).input_shape)) for name in names]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("model", help="an .onnx file, or 'default' for the embedded digits model")
+    p.add_argument("model", help="an .onnx file, 'default' (the embedded digits model), 'zoo' (the five "
+                                 "benchmark models) or one zoo model name")
     p.add_argument("--backend", default="reference")
     p.add_argument("--precision", default="fp32")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, nargs="+", default=[1], help="one run per thread count")
     p.add_argument("--rounds", type=int, default=3, help="alternating measurement rounds")
     p.add_argument("--min-time", type=float, default=3.0, help="seconds per runtime, all rounds together")
     p.add_argument("--input-shape", action="append", metavar="NAME=DxD...")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from edgesdk.cli import _parse_input_shapes
-    model = str(default_model_path()) if args.model == "default" else args.model
+    results = []
     try:
-        r = bench(model, args.backend, args.threads, args.precision, args.rounds, args.min_time,
-                  _parse_input_shapes(args.input_shape))
+        for model in resolve_models(args.model):
+            for threads in args.threads:
+                r = bench(model, args.backend, threads, args.precision, args.rounds, args.min_time,
+                          _parse_input_shapes(args.input_shape))
+                results.append(r)
+                if not args.json:
+                    print_result(r)
     except EdgeSDKError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(r, indent=2))
-        return 0
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+    elif len(results) > 1:
+        print_summary(results)
+    return 0
+
+
+def print_result(r: dict) -> None:
     e, o = r["edgesdk"], r["onnxruntime"]
-    print(f"{Path(model).name}  inputs {r['input_shapes']}  threads {args.threads}  {r['machine']}")
-    print(f"  edgesdk/{args.backend} {args.precision}: median {e['median_ms']:.3f} ms  min {e['min_ms']:.3f} ms  "
+    print(f"{Path(r['model']).name}  inputs {r['input_shapes']}  threads {r['threads']}  {r['machine']}")
+    print(f"  edgesdk/{r['backend']} {r['precision']}: median {e['median_ms']:.3f} ms  min {e['min_ms']:.3f} ms  "
           f"(n={e['runs']})")
     print(f"  onnxruntime cpu     : median {o['median_ms']:.3f} ms  min {o['min_ms']:.3f} ms  (n={o['runs']})")
-    print(f"  ratio edgesdk/onnxruntime: {r['ratio_median']:.2f}x median, {r['ratio_min']:.2f}x min")
-    return 0
+    print(f"  ratio edgesdk/onnxruntime: {r['ratio_median']:.2f}x median, {r['ratio_min']:.2f}x min", flush=True)
+
+
+def print_summary(results: list[dict]) -> None:
+    print(f"\n{'model':<40} {'threads':>7} {'edgesdk ms':>11} {'ort ms':>9} {'ratio':>6}")
+    for r in results:
+        print(f"{Path(r['model']).name.split('-')[0]:<40} {r['threads']:>7} {r['edgesdk']['median_ms']:>11.3f} "
+              f"{r['onnxruntime']['median_ms']:>9.3f} {r['ratio_median']:>6.2f}")
 
 
 if __name__ == "__main__":

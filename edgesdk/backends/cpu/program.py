@@ -1,0 +1,288 @@
+"""Lowering a planned graph into a flat list of prepared calls over one activation arena.
+
+Lowerings (``ops.py``) ask the :class:`Builder` for their inputs in the layout their kernel reads
+(``read``), for output buffers (``write``), views (``alias``) and per-step scratch (``scratch``),
+then ``emit`` a *binder*: a function that, once the arena exists, receives the arena views and
+returns a zero-argument callable that runs the step. Everything shape-, weight- and
+layout-dependent is decided here, at session creation; a run only calls the prepared callables.
+
+Layouts: 4-D activations are stored NCHW (the graph's own order) or NHWC (what the convolution,
+pooling and per-channel kernels read). Each tensor is stored in the layout its producer writes;
+a consumer that needs the other one gets a conversion step, shared by every later consumer. When
+C == 1 or H*W == 1 both orders are the same bytes and no conversion is ever made.
+
+Memory: every activation buffer gets an interval [first write, last read] in step indices (the
+plan's step order and release points, plus the conversion steps added here); buffers whose
+intervals do not overlap share arena bytes (greedy, largest first, 64-byte aligned offsets).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from ...graph import Graph, Node
+from ...runtime.cost import node_macs
+
+NCHW, NHWC = "nchw", "nhwc"
+ALIGN = 64
+# Below this much work (multiply-adds, or elements x window for the other ops) a step runs on the
+# calling thread: waking the pool costs more than the parallel part saves (LeNet at 2 threads
+# was 2x slower than at 1 before this).
+PARALLEL_MIN_WORK = 500_000
+
+Runner = Callable[[], None]
+
+
+def same_bytes_in_both_layouts(shape: tuple[int, ...]) -> bool:
+    """NCHW and NHWC orders coincide (or do not apply: not 4-D)."""
+    return len(shape) != 4 or shape[1] == 1 or shape[2] * shape[3] == 1
+
+
+def storage_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    if layout == NHWC:
+        n, c, h, w = shape
+        return (n, h, w, c)
+    return tuple(shape)
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A region of the arena, live from step ``first`` to step ``last`` (inclusive)."""
+    nbytes: int
+    first: int
+    last: int
+    offset: int = -1
+
+
+@dataclass(eq=False)
+class Slot:
+    """A float32 tensor stored in (part of) a buffer: its logical (graph) shape and its layout."""
+    buffer: Buffer
+    shape: tuple[int, ...]
+    layout: str
+
+    @property
+    def storage_shape(self) -> tuple[int, ...]:
+        return storage_shape(self.shape, self.layout)
+
+
+class Views:
+    """Arena views of slots, handed to binders."""
+
+    def __init__(self, arena: np.ndarray) -> None:
+        self._arena = arena
+
+    def __getitem__(self, slot: Slot) -> np.ndarray:
+        """The slot's storage: a C-contiguous float32 array of its storage shape."""
+        count = math.prod(slot.storage_shape)
+        start = slot.buffer.offset
+        return self._arena[start: start + 4 * count].view(np.float32).reshape(slot.storage_shape)
+
+    def logical(self, slot: Slot) -> np.ndarray:
+        """The slot in graph order (a transposed view for NHWC storage)."""
+        view = self[slot]
+        return view.transpose(0, 3, 1, 2) if slot.layout == NHWC else view
+
+
+Binder = Callable[[Views], Runner]
+
+
+@dataclass
+class StepRecord:
+    node: str  # graph node, or "" for conversions
+    op: str
+    placement: str  # native | numpy | view | reference
+    note: str
+    binder: Binder
+    reads: list[Buffer] = field(default_factory=list)
+    writes: list[Buffer] = field(default_factory=list)
+
+
+class Builder:
+    """Collects steps and buffers while lowerings run (see the module docstring)."""
+
+    def __init__(self, graph: Graph, precision: str, threads: int) -> None:
+        self.graph = graph
+        self.precision = precision
+        self.threads = threads
+        self.steps: list[StepRecord] = []
+        # tensor name -> layout -> slot holding it in that layout
+        self._stored: dict[str, dict[str, Slot]] = {}
+        self._pending_reads: list[Buffer] = []
+        self._pending_writes: list[Buffer] = []
+        self.inputs: dict[str, Slot] = {}
+
+    # -- graph inputs ---------------------------------------------------------------------------
+    def define_input(self, name: str) -> Slot:
+        """Graph inputs are copied (NCHW) into their own buffer at the start of a run."""
+        slot = self._new_slot(self.graph.tensors[name].shape, NCHW, first=-1)
+        self._stored[name] = {NCHW: slot}
+        self.inputs[name] = slot
+        return slot
+
+    # -- queries for lowerings ------------------------------------------------------------------
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.graph.tensors[name].shape
+
+    def stored_layout(self, name: str) -> str:
+        """The layout ``name`` was written in (NCHW when both coincide)."""
+        layouts = self._stored[name]
+        return NHWC if NHWC in layouts and not same_bytes_in_both_layouts(self.shape(name)) else NCHW
+
+    def threads_for(self, node: Node) -> int:
+        """The session's thread count for steps with enough work to split, else 1."""
+        work = node_macs(node, self.graph)
+        if not work:
+            window = node.attrs.get("kernel_shape", (1,))
+            work = sum(math.prod(self.shape(o)) for o in node.outputs if o) * math.prod(window)
+            if node.op.startswith("Global"):
+                work = math.prod(self.shape(node.inputs[0]))
+        return self.threads if work >= PARALLEL_MIN_WORK else 1
+
+    def is_activation(self, name: str | None) -> bool:
+        return bool(name) and name in self._stored
+
+    # -- slots ----------------------------------------------------------------------------------
+    def read(self, name: str, layout: str) -> Slot:
+        """``name`` in ``layout`` (converted once if it is stored in the other one)."""
+        shape = self.shape(name)
+        if len(shape) != 4:
+            layout = NCHW
+        layouts = self._stored[name]
+        slot = layouts.get(layout)
+        if slot is None:
+            source = next(iter(layouts.values()))
+            if same_bytes_in_both_layouts(shape):
+                slot = Slot(source.buffer, shape, layout)
+            else:
+                slot = self._convert(name, source, layout)
+            layouts[layout] = slot
+        self._pending_reads.append(slot.buffer)
+        return slot
+
+    def read_stored(self, name: str) -> Slot:
+        """``name`` in whatever layout it is stored (for ops that work on logical views)."""
+        return self.read(name, self.stored_layout(name))
+
+    def write(self, name: str, layout: str) -> Slot:
+        shape = self.shape(name)
+        if len(shape) != 4:
+            layout = NCHW
+        slot = self._new_slot(shape, layout, first=len(self.steps))
+        self._stored[name] = {layout: slot}
+        self._pending_writes.append(slot.buffer)
+        return slot
+
+    def alias(self, name: str, source: Slot, layout: str = NCHW) -> Slot:
+        """``name`` is a view of ``source``'s bytes (Reshape, layout-preserving Transpose)."""
+        slot = Slot(source.buffer, self.shape(name), layout)
+        self._stored[name] = {layout: slot}
+        return slot
+
+    def scratch(self, shape: tuple[int, ...]) -> Slot:
+        """A buffer that lives during the next emitted step only."""
+        slot = self._new_slot(tuple(shape), NCHW, first=len(self.steps))
+        self._pending_writes.append(slot.buffer)
+        return slot
+
+    def emit(self, node: Node, placement: str, binder: Binder, note: str = "") -> None:
+        self._append(StepRecord(node.name, node.op, placement, note, binder, self._pending_reads,
+                                self._pending_writes))
+        self._pending_reads, self._pending_writes = [], []
+
+    def keep_alive(self, name: str) -> Slot:
+        """Graph outputs live to the end of the run."""
+        slot = self.read_stored(name)
+        self._pending_reads.pop()
+        slot.buffer.last = math.inf
+        return slot
+
+    # -- internals ------------------------------------------------------------------------------
+    def _new_slot(self, shape: tuple[int, ...], layout: str, first: int) -> Slot:
+        nbytes = 4 * math.prod(shape)
+        return Slot(Buffer(nbytes, first, first), tuple(shape), layout)
+
+    def _convert(self, name: str, source: Slot, layout: str) -> Slot:
+        target = self._new_slot(source.shape, layout, first=len(self.steps))
+
+        def bind(v: Views) -> Runner:
+            return transpose_copier(v[source], v[target], source.layout)
+
+        self._append(StepRecord("", f"{source.layout}->{layout}", "numpy", f"layout of {name}", bind,
+                                [source.buffer], [target.buffer]))
+        return target
+
+    def _append(self, record: StepRecord) -> None:
+        index = len(self.steps)
+        for buffer in record.reads:
+            buffer.last = max(buffer.last, index)
+        for buffer in record.writes:
+            buffer.first = min(buffer.first, index)
+            buffer.last = max(buffer.last, index)
+        self.steps.append(record)
+
+    # -- arena ----------------------------------------------------------------------------------
+    def buffers(self) -> list[Buffer]:
+        seen: dict[int, Buffer] = {}
+        for slots in self._stored.values():
+            for slot in slots.values():
+                seen[id(slot.buffer)] = slot.buffer
+        for step in self.steps:
+            for buffer in step.reads + step.writes:
+                seen[id(buffer)] = buffer
+        return list(seen.values())
+
+
+def transpose_copier(src: np.ndarray, dst: np.ndarray, source_layout: str) -> Runner:
+    """Copies NCHW storage into NHWC storage or back: per image a (rows, cols) -> (cols, rows)
+    transpose. numpy's strided copy of a whole transposed view is several times slower than a
+    loop of 1-D strided copies when one side is short (the 3 channels of an input image), so the
+    short side, when there is one, becomes the loop."""
+    n, rows = src.shape[0], src.shape[1] if source_layout == NCHW else src.shape[1] * src.shape[2]
+    a, b = src.reshape(n, rows, -1), dst.reshape(n, -1, rows)  # b[i] = a[i].T
+    short = min(a.shape[1], a.shape[2])
+    if short > 32 or a.size < 16384:
+        return partial(np.copyto, b, a.transpose(0, 2, 1))
+    if a.shape[1] <= a.shape[2]:  # few rows: each becomes a strided column of the result
+        pairs = [(b[i, :, r], a[i, r]) for i in range(n) for r in range(a.shape[1])]
+    else:
+        pairs = [(b[i, c], a[i, :, c]) for i in range(n) for c in range(a.shape[2])]
+    copies = [partial(np.copyto, d, s) for d, s in pairs]
+
+    def run() -> None:
+        for copy in copies:
+            copy()
+    return run
+
+
+def assign_offsets(buffers: list[Buffer]) -> int:
+    """Place buffers in one arena so that buffers live at the same time never overlap; returns
+    the arena size. Largest first, each at the lowest offset that fits (a standard greedy)."""
+    placed: list[Buffer] = []
+    for buffer in sorted(buffers, key=lambda b: -b.nbytes):
+        size = _aligned(buffer.nbytes)
+        clashes = sorted((b.offset, b.offset + _aligned(b.nbytes)) for b in placed
+                         if b.first <= buffer.last and buffer.first <= b.last)
+        offset = 0
+        for start, end in clashes:
+            if offset + size <= start:
+                break
+            offset = max(offset, end)
+        buffer.offset = offset
+        placed.append(buffer)
+    return max((b.offset + _aligned(b.nbytes) for b in placed), default=0)
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A uint8 array of ``nbytes`` starting on a 64-byte boundary (kernels load aligned panels)."""
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start: start + nbytes]
+
+
+def _aligned(n: int) -> int:
+    return max(ALIGN, (n + ALIGN - 1) // ALIGN * ALIGN)

@@ -1,0 +1,122 @@
+"""Weight preparation, once per session: every Conv/Gemm weight in the form its kernel reads.
+
+The kernels take convolution weights as (O, KH*KW*C) rows in (kh, kw, c) column order (NHWC
+windows), while the graph stores Conv weights OIHW, i.e. (c, kh, kw) columns: dense weights are
+transposed before packing, and clustered weights get their *index stream* permuted (unpacked to
+one byte per index, permuted, packed again at the same width): the codebook lookup still happens
+in the kernel's registers and no dense fp32 weight of a clustered layer ever exists.
+
+What runs compressed and what does not:
+- DenseFP16: packed as fp16 panels (converted in the microkernel); exact, the values are fp16.
+- Clustered (Conv groups=1, Gemm): native clustered GEMV/GEMM on the packed indices.
+- NNM: centroid convolution / GEMM plus the native gather-accumulate.
+- SparseCSR: there is no native sparse kernel; the layer is decoded to a dense matrix once, at
+  session creation, and runs through the dense GEMM (recorded as such in the step notes).
+- Depthwise / grouped convolutions with clustered or NNM weights: no clustered depthwise kernel
+  exists, so those (small) weights are decoded once at session creation, also recorded.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...compress.encodings import NNM, Clustered, DenseFP16, SparseCSR
+from ...graph import Graph, Tensor
+from ...runtime.precision import round_to_storage
+
+
+def conv_columns(w: np.ndarray) -> np.ndarray:
+    """OIHW -> (O, KH*KW*C) in the kernels' (kh, kw, c) column order."""
+    return np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(w.shape[0], -1)
+
+
+def stored_matrix(tensor: Tensor) -> tuple[np.ndarray, str]:
+    """The weight as a dense array in its stored precision (fp16 stays fp16), and how it was
+    obtained. Clustered / NNM tensors are decoded here: callers use this only where no
+    compressed kernel applies, and say so in the step note."""
+    enc = tensor.encoding
+    if enc is None:
+        return np.asarray(tensor.data, dtype=np.float32), "dense fp32"
+    if isinstance(enc, DenseFP16):
+        return enc.values.reshape(enc.shape), "dense fp16"
+    if isinstance(enc, SparseCSR):
+        return enc.decode(), f"{enc.describe()} decoded to dense at session creation (no native sparse kernel)"
+    return enc.decode(), f"{enc.describe()} decoded at session creation (no compressed kernel for this layer shape)"
+
+
+def for_precision(w: np.ndarray, precision: str) -> np.ndarray:
+    """fp16 sessions store weights as half; fp32 sessions keep what the model stores."""
+    if precision == "fp16" and w.dtype == np.float32:
+        return w.astype(np.float16)
+    return w
+
+
+def as_fp32(w: np.ndarray, precision: str) -> np.ndarray:
+    """For kernels that read fp32 weights only (depthwise): the values the precision implies."""
+    return np.ascontiguousarray(round_to_storage(w.astype(np.float32), precision), dtype=np.float32)
+
+
+def bias_vector(graph: Graph, name: str | None, n: int, precision: str, scale: float = 1.0) -> np.ndarray | None:
+    """A constant bias broadcast to (n,), float32, or None when there is none."""
+    if not name:
+        return None
+    value = graph.const(name)
+    if value is None:
+        return None
+    b = round_to_storage(np.asarray(value, dtype=np.float32), precision) * np.float32(scale)
+    return np.ascontiguousarray(np.broadcast_to(b.reshape(-1) if b.size == n else b.reshape(()), (n,)),
+                                dtype=np.float32)
+
+
+def pack_dense(kernels, w: np.ndarray, bias: np.ndarray | None, precision: str, layout: str = "nk"):
+    """Packed GEMM panels; fp16 storage when the weights are fp16 or the session is fp16."""
+    w = np.ascontiguousarray(for_precision(w, precision))
+    return kernels.pack_gemm(w, bias, layout, w.dtype == np.float16)
+
+
+def clustered_indices(enc: Clustered, conv_kernel: tuple[int, int] | None) -> np.ndarray:
+    """The bit-packed index stream in kernel column order: for a KxK convolution over C > 1
+    channels the (c, kh, kw) columns of each row are permuted to (kh, kw, c), still packed."""
+    rows, cols = enc.rows, enc.cols
+    if conv_kernel is None or conv_kernel == (1, 1) or cols == conv_kernel[0] * conv_kernel[1]:
+        return np.ascontiguousarray(enc.indices, dtype=np.uint8)
+    kh, kw = conv_kernel
+    idx = _unpack_small(enc.indices, enc.bits, rows * cols).reshape(rows, cols // (kh * kw), kh, kw)
+    return _pack_small(idx.transpose(0, 2, 3, 1), enc.bits)
+
+
+def _unpack_small(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """LSB-first stream of ``bits``-wide (<= 8) fields -> one uint8 per field."""
+    stream = np.unpackbits(np.asarray(packed, dtype=np.uint8), count=count * bits, bitorder="little")
+    planes = np.zeros((count, 8), dtype=np.uint8)
+    planes[:, :bits] = stream.reshape(count, bits)
+    return np.packbits(planes, axis=1, bitorder="little").reshape(count)
+
+
+def _pack_small(values: np.ndarray, bits: int) -> np.ndarray:
+    """Inverse of :func:`_unpack_small` (one byte per value instead of the generic packer's eight
+    uint64 planes: a large conv layer's indices stay a few MB while being permuted)."""
+    planes = np.unpackbits(np.ascontiguousarray(values, dtype=np.uint8).reshape(-1, 1), axis=1, bitorder="little")
+    return np.packbits(planes[:, :bits].reshape(-1), bitorder="little")
+
+
+def pack_clustered(kernels, enc: Clustered, bias: np.ndarray | None, precision: str,
+                   conv_kernel: tuple[int, int] | None = None, scale: float = 1.0):
+    """ClusteredWeights for clustered_gemm; ``scale`` (Gemm alpha) folds into the codebook."""
+    book = enc.codebook
+    if scale != 1.0:
+        book = book.astype(np.float32) * np.float32(scale)
+    book = np.ascontiguousarray(for_precision(book, precision))
+    return kernels.pack_clustered(clustered_indices(enc, conv_kernel), enc.bits, enc.rows, enc.cols, book, bias)
+
+
+def nnm_assignment(enc: NNM) -> np.ndarray:
+    """(groups, K) int32: groups = 1 for the shared reading, C for the per-input-channel one."""
+    assign = enc.assignment.astype(np.int32)
+    return np.ascontiguousarray(assign.reshape(1, -1) if enc.mode == "shared" else assign)
+
+
+def nnm_depthwise_weights(enc: NNM, precision: str) -> np.ndarray:
+    """Per-input-channel centroids (C, K', R, S) as depthwise weights (R, S, C*K'): output channel
+    c*K' + j of a channel-multiplier-K' depthwise conv is input channel c filtered by centroid j."""
+    c, kc, r, s = enc.centroids.shape
+    return as_fp32(enc.centroids.transpose(2, 3, 0, 1).reshape(r, s, c * kc), precision)
