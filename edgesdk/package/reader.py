@@ -11,8 +11,9 @@ import json
 import math
 import mmap
 import os
-from pathlib import Path
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -40,9 +41,11 @@ def load_package(path: str | os.PathLike, *, verify: bool = True) -> Graph:
 
     The file is mapped read-only and constants are ``np.frombuffer`` views of the mapping (encoded
     ones rebuilt over views): nothing is copied until a tensor is used. Header, identifier, format
-    version, file size, checksum (skipped with ``verify=False``; it reads the whole file) and every
-    blob's bounds, alignment and size are checked before any array exists. The package metadata
-    is in ``graph.metadata["package"]``. Any problem is one :class:`PackageError` line.
+    version, file size and every blob's and array's bounds, alignment and size are checked before
+    any array exists; the whole-file checksum (skipped with ``verify=False``) is computed on a
+    second thread while the graph is built (xxhash releases the GIL) and checked before the graph
+    is returned. The package metadata is in ``graph.metadata["package"]``. Any problem is one
+    :class:`PackageError` line.
     """
     return _guarded(path, verify, lambda pkg: pkg.graph())
 
@@ -54,15 +57,47 @@ def read_package_info(path: str | os.PathLike, *, verify: bool = True) -> dict[s
 
 
 def _guarded(path: str | os.PathLike, verify: bool, read: Callable[["_Package"], Any]) -> Any:
+    checksum: _ChecksumCheck | None = None
     try:
-        return read(_Package(Path(path), verify))
+        mm, header = _open(Path(path))
+        checksum = _ChecksumCheck(Path(path), mm, header) if verify else None
+        result = read(_Package(Path(path), mm, header))
+        if checksum is not None:
+            checksum.raise_if_wrong()
+        return result
     except PackageError:
+        _prefer_checksum_error(checksum)
         raise
     except _Corrupt as exc:
+        _prefer_checksum_error(checksum)
         raise PackageError(f"{path}: corrupt package: {exc}") from None
     except Exception as exc:  # whatever else a crafted buffer trips: still one line, never a trace
+        _prefer_checksum_error(checksum)
         detail = str(exc).splitlines()[0] if str(exc) else ""
         raise PackageError(f"{path}: corrupt package ({type(exc).__name__}: {detail})") from None
+
+
+def _prefer_checksum_error(checksum: "_ChecksumCheck | None") -> None:
+    """A damaged file usually also trips a structural check; its checksum says it best."""
+    if checksum is not None:
+        checksum.raise_if_wrong()
+
+
+class _ChecksumCheck:
+    """The whole-file checksum, computed on a thread while the caller parses the file."""
+
+    def __init__(self, path: Path, mm: mmap.mmap, header: Header) -> None:
+        self.path, self.expected, self.actual = path, header.checksum, None
+        self.thread = threading.Thread(target=self._run, args=(mm,), daemon=True)
+        self.thread.start()
+
+    def _run(self, mm: mmap.mmap) -> None:
+        self.actual = file_checksum(memoryview(mm))
+
+    def raise_if_wrong(self) -> None:
+        self.thread.join()
+        if self.actual != self.expected:
+            raise PackageError(f"{self.path}: checksum mismatch: the package is corrupt; copy or pack it again")
 
 
 # -- the file ----------------------------------------------------------------------------------
@@ -97,16 +132,19 @@ def _check_header(path: Path, h: Header, size: int) -> None:
         raise _Corrupt("inconsistent header (region sizes)")
 
 
+def _open(path: Path) -> tuple[mmap.mmap, Header]:
+    """The mapped file and its checked header."""
+    mm = _map(path)
+    header = Header.unpack(mm)
+    _check_header(path, header, len(mm))
+    return mm, header
+
+
 class _Package:
     """A checked, mapped package: header, flatbuffer root, blob table."""
 
-    def __init__(self, path: Path, verify: bool) -> None:
-        self.path = path
-        self.mm = _map(path)
-        self.header = Header.unpack(self.mm)
-        _check_header(path, self.header, len(self.mm))
-        if verify and file_checksum(memoryview(self.mm)) != self.header.checksum:
-            raise PackageError(f"{path}: checksum mismatch: the package is corrupt; copy or pack it again")
+    def __init__(self, path: Path, mm: mmap.mmap, header: Header) -> None:
+        self.path, self.mm, self.header = path, mm, header
         h = self.header
         fb = inflate_graph_section(self.mm[h.fb_offset:h.fb_offset + h.fb_size], h.fb_inflated_size)
         if fb is None:
