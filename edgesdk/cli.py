@@ -257,11 +257,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 # -- pack ------------------------------------------------------------------------------------
-def _recipe_from_args(args: argparse.Namespace):
+def _recipe_from_args(args: argparse.Namespace, base=None):
     import dataclasses
 
     from .compress.recipe import LayerSettings, Recipe
-    recipe = Recipe.load(args.recipe) if args.recipe else Recipe()
+    recipe = Recipe.load(args.recipe) if args.recipe else base if base is not None else Recipe()
     flags = {"prune": args.prune, "cluster_bits": args.cluster_bits, "per_channel": args.per_channel or None,
              "init": args.init, "nnm_rate": args.nnm_rate, "nnm_mode": args.nnm_mode, "fp16": args.fp16 or None}
     overrides = {k: v for k, v in flags.items() if v is not None}
@@ -309,7 +309,10 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     train, test = digits_split() if args.train == "digits" else (load_dataset(args.train), None)
     if args.test:
         test = load_dataset(args.test)
-    recipe = _recipe_from_args(args)
+    builtin = _builtin_recipe(args.recipe)
+    if builtin is not None:
+        args.recipe = None
+    recipe = _recipe_from_args(args, builtin)
     finetuned = _finetune(model, recipe, train, test, args)
     graph, _ = compress_model(finetuned, recipe)
     result = pack_model(model, args.output, recipe, data=test, graph=graph,
@@ -324,6 +327,15 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% (uncompressed "
               f"{100 * result.baseline_accuracy:.2f}%, {100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
     return 0
+
+
+def _builtin_recipe(name: str | None):
+    """A recipe of edgesdk.compress.finetune.DIGITS_RECIPES named by --recipe (when no such file)."""
+    if not name or Path(name).exists():
+        return None
+    from .compress.finetune import DIGITS_RECIPES
+    from .compress.recipe import Recipe
+    return Recipe.from_dict(DIGITS_RECIPES[name]) if name in DIGITS_RECIPES else None
 
 
 def _finetune(model: str, recipe, train, test, args: argparse.Namespace):
@@ -420,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     compression = argparse.ArgumentParser(add_help=False)
     compression.add_argument("-o", "--output", required=True, help="the .edgepkg to write")
-    compression.add_argument("--recipe", help="a JSON or YAML recipe (per-layer settings); flags override its defaults")
+    compression.add_argument("--recipe", help="a JSON or YAML recipe (per-layer settings); flags override its defaults. "
+                             "finetune also takes a built-in digits recipe by name, e.g. prune+cluster2-25x")
     compression.add_argument("--prune", type=float, help="per-layer magnitude sparsity, e.g. 0.5")
     compression.add_argument("--global-prune", type=float, help="one magnitude threshold across all layers")
     compression.add_argument("--cluster-bits", type=int, help="k-means codebook of 2^B entries (1..8)")

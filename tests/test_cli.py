@@ -148,3 +148,16 @@ def test_damaged_package_is_one_line(tmp_path, conv_model):
     out.write_bytes(bytes(data))
     proc = cli("run", str(out), "--random", check=False)
     assert proc.returncode == 2 and "checksum mismatch" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_finetune_takes_a_builtin_recipe_by_name_and_packs(tmp_path):
+    from edgesdk.compress.finetune import DIGITS_RECIPES
+    from edgesdk.compress.recipe import Recipe
+    out = tmp_path / "ft.edgepkg"
+    result = json.loads(cli("finetune", "--recipe", "prune+cluster2-25x", "--epochs", "2", "-o", str(out),
+                            "--json").stdout)
+    assert result["package_bytes"] == out.stat().st_size and result["accuracy"] is not None
+    stored = json.loads(cli("inspect", str(out), "--json").stdout)["metadata"]["package"]["recipe"]
+    assert Recipe.from_dict(stored) == Recipe.from_dict(DIGITS_RECIPES["prune+cluster2-25x"])
+    bad = cli("finetune", "--recipe", "no-such-recipe", "-o", str(tmp_path / "x.edgepkg"), check=False)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no-such-recipe" in bad.stderr

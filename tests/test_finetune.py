@@ -321,3 +321,19 @@ def test_gradual_pruning_only_grows_masks_and_ends_at_the_recipe_sparsity(defaul
     setup.start_codebooks()
     with pytest.raises(edgesdk.errors.EdgeSDKError, match="fixed once the codebooks are clustered"):
         setup.prune_fraction(1.0)
+
+
+@pytest.mark.slow
+def test_finetuned_package_is_25x_smaller_than_the_onnx_file_within_1pp(default_graph, digits, baseline, tmp_path):
+    """The issue's fine-tuning target, measured as bench_compress measures it: the .edgepkg file
+    against the fp32 ONNX file, accuracy read back from the package."""
+    from edgesdk.compress.finetune import DIGITS_FINETUNE_OPTIONS
+    from edgesdk.pack import compress_model, pack_model
+    train, test = digits
+    recipe = Recipe.from_dict(DIGITS_RECIPES["prune+cluster2-25x"])
+    tuned = finetune_graph(default_graph, recipe, train, log=None, **DIGITS_FINETUNE_OPTIONS)
+    graph, _ = compress_model(tuned, recipe)
+    result = pack_model(default_model_path(), tmp_path / "d.edgepkg", recipe, data=test, graph=graph)
+    accuracy = evaluate(edgesdk.Session(tmp_path / "d.edgepkg"), test).accuracy
+    assert result.ratio >= 25, result.package_bytes
+    assert accuracy >= baseline - 0.01

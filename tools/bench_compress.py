@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import edgesdk  # noqa: E402
+from edgesdk.compress.finetune import DIGITS_FINETUNE_OPTIONS  # noqa: E402
 from edgesdk.compress.recipe import Recipe  # noqa: E402
 from edgesdk.datasets import digits_split  # noqa: E402
 from edgesdk.evaluation import evaluate  # noqa: E402
@@ -34,21 +35,23 @@ NO_FINETUNE = {
     "4-bit per-layer codebooks": {"default": {"cluster_bits": 4}},
     "tuned recipe (digits_lenet.recipe.json)": None,  # loaded from the package
 }
-FINETUNE = ("prune+cluster3-layer-32x",)  # recipes from edgesdk.compress.finetune.DIGITS_RECIPES
+# recipes from edgesdk.compress.finetune.DIGITS_RECIPES, with their fine-tuning options
+FINETUNE = {"prune+cluster3-layer-32x": {"prune_ramp": 0.0},
+            "prune+cluster2-25x": DIGITS_FINETUNE_OPTIONS}
 
 
-def measure(name: str, recipe: Recipe, train, test, tmp: Path, finetune: bool) -> dict:
+def measure(name: str, recipe: Recipe, train, test, tmp: Path, finetune: dict | None) -> dict:
     source = default_model_path()
     out = tmp / f"{len(list(tmp.iterdir()))}.edgepkg"
     t0 = time.perf_counter()
     graph = None
-    if finetune:
+    if finetune is not None:
         from edgesdk.compress.finetune import finetune_graph
         from edgesdk.loader import load_model
         from edgesdk.passes import optimize
         base = load_model(source)
         optimize(base)
-        graph, _ = compress_model(finetune_graph(base, recipe, train, test=None, log=None), recipe)
+        graph, _ = compress_model(finetune_graph(base, recipe, train, test=None, log=None, **finetune), recipe)
     result = pack_model(source, out, recipe, data=test, graph=graph)
     reloaded = evaluate(edgesdk.Session(out), test).accuracy
     return {"name": name, "recipe": recipe.to_dict(), "onnx_bytes": result.source_bytes,
@@ -67,12 +70,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in NO_FINETUNE.items():
             recipe = Recipe.load(default_recipe_path()) if spec is None else Recipe.from_dict(spec)
-            rows.append({**measure(name, recipe, train, test, Path(tmp), False), "finetuned": False})
+            rows.append({**measure(name, recipe, train, test, Path(tmp), None), "finetuned": False})
         from edgesdk.compress.finetune import DIGITS_RECIPES
-        for name in FINETUNE:
-            recipe = DIGITS_RECIPES[name]
-            recipe = recipe if isinstance(recipe, Recipe) else Recipe.from_dict(recipe)
-            rows.append({**measure(name, recipe, train, test, Path(tmp), True), "finetuned": True})
+        for name, options in FINETUNE.items():
+            recipe = Recipe.from_dict(DIGITS_RECIPES[name])
+            rows.append({**measure(name, recipe, train, test, Path(tmp), options), "finetuned": True,
+                         "finetune_options": options})
     nnm = [] if args.quick else nnm_table(train, test)
     if args.json:
         print(json.dumps({"packages": rows, "nnm": nnm}, indent=2))

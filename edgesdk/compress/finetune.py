@@ -902,11 +902,21 @@ DIGITS_RECIPES: dict[str, dict] = {
         "default": {"cluster_bits": 3, "fp16": True},
         "layers": [{"match": "/4/Conv", "prune": 0.9}, {"match": "/9/Gemm", "prune": 0.97, "cluster_bits": 2},
                    {"match": "/12/Gemm", "prune": 0.7}]},
+    # the 25x package target (file size against the ONNX file, <= 1 pp): gradual pruning to
+    # 91/98/80% with 2-bit codebooks, 3-bit on the tiny first layer; fine-tune with
+    # DIGITS_FINETUNE_OPTIONS (120 epochs: the higher sparsity needs the longer retraining)
+    "prune+cluster2-25x": {
+        "default": {"cluster_bits": 2, "fp16": True},
+        "layers": [{"match": "/0/Conv", "cluster_bits": 3}, {"match": "/4/Conv", "prune": 0.91},
+                   {"match": "/9/Gemm", "prune": 0.98}, {"match": "/12/Gemm", "prune": 0.8}]},
     # the literal "global pruning + 4-bit per-channel codebooks": per-channel codebooks cost
     # 2^b entries per output channel, which caps this small model near 10x
     "global-prune0.8+cluster4-channel": {
         "default": {"cluster_bits": 4, "per_channel": True, "fp16": True}, "global_prune": 0.8},
 }
+
+
+DIGITS_FINETUNE_OPTIONS: dict[str, Any] = {"epochs": 120}
 
 
 def compression_table(graph: Graph, train: Dataset, test: Dataset, recipes: dict[str, Recipe | dict] | None = None,
