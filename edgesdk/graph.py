@@ -34,6 +34,15 @@ class Tensor:
         self._data = data
         self.encoding = encoding
 
+    @classmethod
+    def trusted(cls, name: str, shape: tuple[int, ...], dtype: np.dtype, data: np.ndarray | None = None,
+                encoding: "Encoding | None" = None) -> "Tensor":
+        """A Tensor from values already normalised (a tuple of ints, a numpy dtype), skipping the
+        conversions: the package reader builds hundreds of them while a model opens."""
+        tensor = cls.__new__(cls)
+        tensor.name, tensor.shape, tensor.dtype, tensor._data, tensor.encoding = name, shape, dtype, data, encoding
+        return tensor
+
     @property
     def data(self) -> np.ndarray | None:
         if self._data is None and self.encoding is not None:

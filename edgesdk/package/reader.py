@@ -210,11 +210,11 @@ class _Package:
                 if i in encodings:
                     raise _Corrupt(f"tensor {name!r} has both dense data and an encoding")
                 data = self.array(c.blobs[i], c.offsets[i], dtype, shape, f"tensor {name!r}")
-                tensors.append(Tensor(name, shape, dtype, data))
+                tensors.append(Tensor.trusted(name, shape, dtype, data))
             elif i in encodings:
-                tensors.append(Tensor(name, shape, dtype, encoding=self._encoding(encodings[i], name, shape)))
+                tensors.append(Tensor.trusted(name, shape, dtype, encoding=self._encoding(encodings[i], name, shape)))
             else:
-                tensors.append(Tensor(name, shape, dtype))
+                tensors.append(Tensor.trusted(name, shape, dtype))
         graph.tensors = {t.name: t for t in tensors}
         if len(graph.tensors) != len(tensors):
             raise _Corrupt("duplicate tensor names")
