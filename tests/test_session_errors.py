@@ -164,3 +164,12 @@ def test_runtime_cast(to, ok):
     else:
         with pytest.raises(UnsupportedModelError, match="casting a run-time tensor"):
             edgesdk.Session(model)
+
+
+def test_conv_kernel_shape_must_match_the_weights():
+    # found by the byte-flip fuzz of the default model: a flipped kernel_shape made shape inference
+    # and the kernels disagree
+    w = np.ones((4, 3, 3, 3), np.float32)
+    model = single_node_model("Conv", (1, 3, 8, 8), {"W": w}, kernel_shape=[2, 3], pads=[1, 1, 1, 1])
+    with pytest.raises(UnsupportedModelError, match=r"kernel_shape \[2, 3\] does not match the weights' \[3, 3\]"):
+        edgesdk.Session(model)

@@ -88,6 +88,9 @@ def _conv(node: Node, shapes: list[Shape]) -> list[Shape]:
         raise UnsupportedModelError(
             f"node {node.name!r}: input has {c} channels but weights expect {wshape[1]} x group {a['group']}")
     kh, kw = a["kernel_shape"]
+    if (kh, kw) != tuple(wshape[2:]):  # ONNX requires them equal; kernels follow the weights
+        raise UnsupportedModelError(f"node {node.name!r}: kernel_shape {[kh, kw]} does not match the "
+                                    f"weights' {list(wshape[2:])}")
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = a["strides"], a["dilations"], a["pads"]
     oh = conv_output_size(h, kh, sh, dh, pt, pb)
     ow = conv_output_size(w, kw, sw, dw, pl, pr)
