@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import edgesdk
 from conftest import assert_close, ort_run
+from geometry_cases import conv_cases, pool_cases
 from onnx_builders import single_node_model
 
 R = np.random.default_rng(1)
@@ -52,36 +52,19 @@ def test_conv(case: str) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(c_per_group=st.integers(1, 3), groups=st.integers(1, 3), m_per_group=st.integers(1, 3),
-       h=st.integers(5, 12), w=st.integers(5, 12), kh=st.integers(1, 4), kw=st.integers(1, 4),
-       sh=st.integers(1, 3), sw=st.integers(1, 3), dh=st.integers(1, 2), dw=st.integers(1, 2),
-       pads=st.lists(st.integers(0, 2), min_size=4, max_size=4))
-def test_conv_geometry_fuzz(c_per_group, groups, m_per_group, h, w, kh, kw, sh, sw, dh, dw, pads) -> None:
-    if (kh - 1) * dh + 1 > h + pads[0] + pads[2] or (kw - 1) * dw + 1 > w + pads[1] + pads[3]:
-        return
-    c, m = c_per_group * groups, m_per_group * groups
-    model = single_node_model("Conv", (1, c, h, w), {"W": rand(m, c_per_group, kh, kw), "B": rand(m)},
-                              group=groups, strides=[sh, sw], dilations=[dh, dw], pads=pads)
-    check(model, rand(1, c, h, w))
+@given(case=conv_cases(batch=1, max_m_per_group=3, min_hw=5, weights=rand))
+def test_conv_geometry_fuzz(case) -> None:
+    if case is not None:
+        model, x_shape = case
+        check(model, rand(*x_shape))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(op=st.sampled_from(["MaxPool", "AveragePool"]), h=st.integers(3, 11), w=st.integers(3, 11),
-       kh=st.integers(1, 4), kw=st.integers(1, 4), sh=st.integers(1, 3), sw=st.integers(1, 3),
-       pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), ceil_mode=st.integers(0, 1),
-       count_include_pad=st.integers(0, 1), dilated=st.booleans())
-def test_pool_geometry_fuzz(op, h, w, kh, kw, sh, sw, pads, ceil_mode, count_include_pad, dilated) -> None:
-    dil = [2, 1] if dilated and op == "MaxPool" else [1, 1]
-    if pads[0] >= kh or pads[2] >= kh or pads[1] >= kw or pads[3] >= kw:
-        return  # ONNX requires pads smaller than the kernel
-    if (kh - 1) * dil[0] + 1 > h + pads[0] + pads[2] or kw > w + pads[1] + pads[3]:
-        return
-    attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw], pads=pads, ceil_mode=ceil_mode)
-    if op == "AveragePool":
-        attrs["count_include_pad"] = count_include_pad
-    else:
-        attrs["dilations"] = dil
-    check(single_node_model(op, (1, 2, h, w), opset=17, **attrs), rand(1, 2, h, w))
+@given(case=pool_cases(channels=2, opset=17))
+def test_pool_geometry_fuzz(case) -> None:
+    if case is not None:
+        model, x_shape = case
+        check(model, rand(*x_shape))
 
 
 def test_squeezenet_style_ceil_pool() -> None:
