@@ -23,7 +23,7 @@ from edgesdk.package import load_package, read_package_info, save_package, sha25
 from edgesdk.package import reader as package_reader
 from edgesdk.package import writer as package_writer
 from edgesdk.package.fb.Model import Model
-from edgesdk.package.layout import (ALIGN, ARRAY_ALIGN, CHECKSUM_OFFSET, FORMAT_VERSION, HEADER_SIZE, SMALL_ARRAY, Header,
+from edgesdk.package.layout import (ALIGN, ARRAY_ALIGN, CHECKSUM_OFFSET, FORMAT_VERSION, SMALL_ARRAY, Header,
                                     file_checksum, inflate_graph_section)
 from edgesdk.passes import optimize
 from edgesdk.runtime.activations import Activation

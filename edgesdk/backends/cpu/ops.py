@@ -294,7 +294,7 @@ def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None
 @lowering("Gemm")
 def gemm(node: Node, b: Builder) -> None:
     g, k = b.graph, _kernels()
-    a_name, w_name, c_name = node.inputs[0], node.inputs[1], node.input(2)
+    w_name, c_name = node.inputs[1], node.input(2)
     attrs = node.attrs
     wt = g.tensors[w_name]
     if not wt.is_constant:
