@@ -6,9 +6,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # OpenCL (PoCL CPU driver + ICD loader) for the opencl backend, a C++ toolchain and CMake for the
-# native module, an aarch64 cross toolchain + qemu to check the NEON/aarch64 code paths.
+# native module, an aarch64 cross toolchain + qemu to check the NEON/aarch64 code paths, an OpenSSH
+# server/client for the remote-board tests and headless Chromium to render the HTML reports.
 APT_PACKAGES := build-essential cmake python3-dev python3-venv pocl-opencl-icd ocl-icd-libopencl1 \
-                ocl-icd-opencl-dev opencl-headers clinfo g++-aarch64-linux-gnu qemu-user
+                ocl-icd-opencl-dev opencl-headers clinfo oclgrind g++-aarch64-linux-gnu qemu-user \
+                openssh-server openssh-client chromium-headless-shell
 PYTEST_ARGS ?=
 NATIVE_SOURCES := $(shell find cpu_native -type f 2>/dev/null) CMakeLists.txt
 

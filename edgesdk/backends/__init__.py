@@ -9,6 +9,7 @@ from .base import Backend
 # name -> "module:Class". Backends that need optional drivers are imported only when asked for.
 _REGISTRY: dict[str, str] = {
     "reference": "edgesdk.backends.reference:ReferenceBackend",
+    "opencl": "edgesdk.backends.opencl:OpenCLBackend",
     "cpu": "edgesdk.backends.cpu:CPUBackend",
 }
 

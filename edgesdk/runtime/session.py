@@ -67,6 +67,14 @@ class Session:
         results = self._impl.run(checked)
         return {name: results[name] for name in wanted}
 
+    def profile(self, feeds: Mapping[str, np.ndarray]) -> Any:
+        """Run once with per-op timing, placement and memory, on backends that profile (opencl);
+        returns the backend's report (a dataclass with ``to_dict()``)."""
+        profiler = getattr(self._impl, "profile", None)
+        if profiler is None:
+            raise BackendUnavailableError(f"backend {self.backend!r} has no per-op profiler; use backend='opencl'")
+        return profiler(self._check_feeds(feeds))
+
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
             raise InputError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")

@@ -1,0 +1,449 @@
+// Convolutions and fully-connected layers, NCHW, bias + activation fused into the epilogue.
+// No im2col buffer: every kernel reads the input tensor in place (implicit GEMM).
+//
+// Shape constants (-D): N C H W  OC OH OW  KH KW SH SW DH DW PT PL  G CG OCG
+// Tiling: ROWS output channels x VEC (x NVEC) output pixels per work-item.
+// HAS_BIAS, ALPHA/BETA (Gemm scaling: y = ALPHA * acc + BETA * bias).
+
+#ifndef ALPHA
+#define ALPHA 1.0f
+#endif
+#ifndef BETA
+#define BETA 1.0f
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef NVEC
+#define NVEC 1
+#endif
+
+// Weight access. W_MODE 0: dense (float or half). W_MODE 1: k-means clustered, CB_BITS-bit
+// indices packed little-endian (element e at bits [e*b, (e+1)*b)) into a codebook of
+// CB_SIZE = 2^CB_BITS entries, one codebook for the layer (CB_ROWS 1) or per output channel; the
+// codebook lives in __constant memory when it fits (CB_CONST) and is never expanded.
+#ifndef W_MODE
+#define W_MODE 0
+#endif
+#if W_MODE == 0
+#define WEIGHT_ARGS __global const W_T* restrict w
+#define WEIGHT(r, e) LOAD_W(w, (e))
+#else
+#if CB_CONST
+#define CB_SPACE __constant
+#else
+#define CB_SPACE __global const
+#endif
+#define CB_SIZE (1 << CB_BITS)
+#define WEIGHT_ARGS __global const uchar* restrict w_idx, CB_SPACE float* restrict codebook
+// The host pads the index stream by two bytes, so reading byte + 1 is always in bounds.
+inline uint unpack_index(__global const uchar* p, uint e) {
+    const uint bit = e * CB_BITS;
+    const uint byte = bit >> 3;
+#if CB_BITS == 8
+    return p[byte];
+#else
+    const uint word = (uint)p[byte] | ((uint)p[byte + 1] << 8);
+    return (word >> (bit & 7u)) & ((1u << CB_BITS) - 1u);
+#endif
+}
+#define WEIGHT(r, e) codebook[cbase[r] + unpack_index(w_idx, (uint)(e))]
+#endif
+
+inline float bias_of(__global const B_T* bias, int oc) {
+#if HAS_BIAS
+    return BETA * LOAD_B(bias, oc);
+#else
+    return 0.0f;
+#endif
+}
+
+// Stores VEC results at y[off + l] for the lanes l < valid (all of them when valid >= VEC).
+inline void store_lanes(__global Y_T* y, int off, floatV v, int valid) {
+    if (valid >= VEC) {
+        VSTORE_Y(y, off, v);
+    } else {
+        float lanes[VEC];
+        vstoreV(v, 0, lanes);
+        for (int l = 0; l < valid; ++l) STORE_Y(y, off + l, lanes[l]);
+    }
+}
+
+#ifdef CONV_GEMM
+// 1x1 convolution, stride 1, no padding, one group: Y[n] (OC x P) = W (OC x C) * X[n] (C x P).
+// Work-item: ROWS output channels x NVEC*VEC consecutive pixels.
+#define P (H * W)
+__kernel void conv_gemm(__global const X_T* restrict x, __global const W_T* restrict w,
+                        __global const B_T* restrict bias, __global Y_T* restrict y) {
+    const int p0 = get_global_id(0) * (VEC * NVEC);
+    const int oc0 = get_global_id(1) * ROWS;
+    const int n = get_global_id(2);
+    if (p0 >= P || oc0 >= OC) return;
+    const __global X_T* xn = x + n * C * P + p0;
+    int wrow[ROWS];
+    floatV acc[ROWS][NVEC];
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        wrow[r] = min(oc0 + r, OC - 1) * C;  // rows past OC recompute the last one, never stored
+        #pragma unroll
+        for (int v = 0; v < NVEC; ++v) acc[r][v] = (floatV)(0.0f);
+    }
+    if (p0 + VEC * NVEC <= P) {
+        for (int c = 0; c < C; ++c) {
+            floatV xv[NVEC];
+            #pragma unroll
+            for (int v = 0; v < NVEC; ++v) xv[v] = VLOAD_X(xn, c * P + v * VEC);
+            #pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                const float wv = LOAD_W(w, wrow[r] + c);
+                #pragma unroll
+                for (int v = 0; v < NVEC; ++v) acc[r][v] += HMULV((floatV)(wv), xv[v]);
+            }
+        }
+    } else {
+        for (int c = 0; c < C; ++c) {
+            floatV xv[NVEC];
+            #pragma unroll
+            for (int v = 0; v < NVEC; ++v) {
+                float lanes[VEC];
+                #pragma unroll
+                for (int l = 0; l < VEC; ++l) {
+                    const int q = v * VEC + l;
+                    lanes[l] = p0 + q < P ? LOAD_X(xn, c * P + q) : 0.0f;
+                }
+                xv[v] = vloadV(0, lanes);
+            }
+            #pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                const float wv = LOAD_W(w, wrow[r] + c);
+                #pragma unroll
+                for (int v = 0; v < NVEC; ++v) acc[r][v] += HMULV((floatV)(wv), xv[v]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const int oc = oc0 + r;
+        if (oc >= OC) continue;  // (not break: an early exit would stop the loop unrolling)
+        const float b = bias_of(bias, oc);
+        #pragma unroll
+        for (int v = 0; v < NVEC; ++v) {
+            floatV out = acc[r][v] * ALPHA + b;
+            out = ACTIVATE(out);
+            store_lanes(y, (n * OC + oc) * P + p0 + v * VEC, out, P - (p0 + v * VEC));
+        }
+    }
+}
+#endif
+
+#ifdef CONV_DIRECT
+// Any convolution (groups, strides, dilations, padding, dense or clustered weights).
+// Work-item: ROWS output channels of one group x VEC consecutive output columns of one row.
+// Loops run over the filter taps outside and the group's input channels inside, so the bounds
+// logic of a tap is decided once and the inner loop is branch-free.
+#define OWT ((OW + VEC - 1) / VEC)
+#define OCT ((OCG + ROWS - 1) / ROWS)
+#define KK (KH * KW)
+#define HW (H * W)
+
+#if SW == 1
+#define ROW_SPAN VEC
+#define LOAD_ROW(p, off) VLOAD_X(p, off)
+#elif SW == 2 && VEC == 2
+#define ROW_SPAN 4
+#define LOAD_ROW(p, off) (VLOADH_OR_F4(p, off)).even
+#elif SW == 2 && VEC == 4
+#define ROW_SPAN 8
+#define LOAD_ROW(p, off) (LOAD_X8(p, off)).even
+#elif SW == 2 && VEC == 8
+// Two 8-wide loads instead of one 16-wide: float16 is not a native AVX2 register type.
+#define ROW_SPAN 16
+#define LOAD_ROW(p, off) ((float8)((LOAD_X8(p, off)).even, (LOAD_X8(p, (off) + 8)).even))
+#endif
+#if X_HALF && HALF_VECTOR_SCALAR
+#define VLOADH_OR_F4(p, off) ((float4)(LOADH(p, (off)), LOADH(p, (off) + 1), LOADH(p, (off) + 2), \
+                                       LOADH(p, (off) + 3)))
+#define LOAD_X8(p, off) ((float8)(VLOADH_OR_F4(p, off), VLOADH_OR_F4(p, (off) + 4)))
+#elif X_HALF
+#define VLOADH_OR_F4(p, off) vload_half4(0, (p) + (off))
+#define LOAD_X8(p, off) vload_half8(0, (p) + (off))
+#else
+#define VLOADH_OR_F4(p, off) vload4(0, (p) + (off))
+#define LOAD_X8(p, off) vload8(0, (p) + (off))
+#endif
+
+__kernel void conv_direct(__global const X_T* restrict x, WEIGHT_ARGS,
+                          __global const B_T* restrict bias, __global Y_T* restrict y) {
+    const int ox0 = (get_global_id(0) % OWT) * VEC;
+    const int oy = get_global_id(0) / OWT;
+    const int g = get_global_id(1) / OCT;
+    const int oc0 = g * OCG + (get_global_id(1) % OCT) * ROWS;
+    const int n = get_global_id(2);
+    if (oy >= OH || g >= G) return;
+    const int oc_end = g * OCG + OCG;
+    const __global X_T* xg = x + (n * C + g * CG) * HW;
+    int wrow[ROWS];
+#if W_MODE != 0
+    int cbase[ROWS];
+#endif
+    floatV acc[ROWS];
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const int oc = min(oc0 + r, oc_end - 1);
+        wrow[r] = oc * (CG * KK);
+#if W_MODE != 0
+        cbase[r] = CB_ROWS == 1 ? 0 : oc * CB_SIZE;
+#endif
+        acc[r] = (floatV)(0.0f);
+    }
+#if CG == 1
+#pragma unroll
+#endif
+    for (int i = 0; i < KH; ++i) {
+        const int iy = oy * SH + i * DH - PT;
+        if (iy < 0 || iy >= H) continue;
+#if CG == 1
+#pragma unroll
+#endif
+        for (int j = 0; j < KW; ++j) {
+            const int ix0 = ox0 * SW + j * DW - PL;
+            const int off = iy * W + ix0;
+            const int tap = i * KW + j;
+#ifdef ROW_SPAN
+            if (ix0 >= 0 && ix0 + ROW_SPAN <= W) {
+                for (int c = 0; c < CG; ++c) {
+                    const floatV xv = LOAD_ROW(xg, c * HW + off);
+                    #pragma unroll
+                    for (int r = 0; r < ROWS; ++r)
+                        acc[r] += HMULV((floatV)(WEIGHT(r, wrow[r] + c * KK + tap)), xv);
+                }
+                continue;
+            }
+#endif
+            // Border (or a stride without a vector path): gather the lanes that lie on data.
+            int valid[VEC];
+            #pragma unroll
+            for (int l = 0; l < VEC; ++l) {
+                const int ix = ix0 + l * SW;
+                valid[l] = ix >= 0 && ix < W;
+            }
+            for (int c = 0; c < CG; ++c) {
+                float lanes[VEC];
+                #pragma unroll
+                for (int l = 0; l < VEC; ++l)
+                    lanes[l] = valid[l] ? LOAD_X(xg, c * HW + off + l * SW) : 0.0f;
+                const floatV xv = vloadV(0, lanes);
+                #pragma unroll
+                for (int r = 0; r < ROWS; ++r)
+                    acc[r] += HMULV((floatV)(WEIGHT(r, wrow[r] + c * KK + tap)), xv);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const int oc = oc0 + r;
+        if (oc >= oc_end) continue;  // (not break: an early exit would stop the loop unrolling)
+        floatV out = acc[r] * ALPHA + bias_of(bias, oc);
+        out = ACTIVATE(out);
+        store_lanes(y, ((n * OC + oc) * OH + oy) * OW + ox0, out, OW - ox0);
+    }
+}
+#endif
+
+#ifdef GEMM_NT
+// Fully connected: Y (M x NOUT) = ALPHA * X (M x K) * W^T (W is NOUT x K) + BETA * bias.
+// Work-item: ROWS outputs x BROWS batch rows, dot products VEC-wide along K. BROWS = 1 is the
+// batch-1 GEMV path: every weight is read once, which is all a bandwidth-bound GEMV can do.
+// The bias is indexed bias[m * BSM + o * BSO] (strides 0 broadcast it).
+#define KV (K / VEC * VEC)
+__kernel void gemm_nt(__global const X_T* restrict x, __global const W_T* restrict w,
+                      __global const B_T* restrict bias, __global Y_T* restrict y) {
+    const int o0 = get_global_id(0) * ROWS;
+    const int m0 = get_global_id(1) * BROWS;
+    if (o0 >= NOUT || m0 >= M) return;
+    int xrow[BROWS], wrow[ROWS];
+    floatV acc[BROWS][ROWS];
+    #pragma unroll
+    for (int b = 0; b < BROWS; ++b) {
+        xrow[b] = min(m0 + b, M - 1) * K;
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[b][r] = (floatV)(0.0f);
+    }
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) wrow[r] = min(o0 + r, NOUT - 1) * K;
+    for (int k = 0; k < KV; k += VEC) {
+        floatV wv[ROWS];
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) wv[r] = VLOAD_W(w, wrow[r] + k);
+        #pragma unroll
+        for (int b = 0; b < BROWS; ++b) {
+            const floatV xv = VLOAD_X(x, xrow[b] + k);
+            #pragma unroll
+            for (int r = 0; r < ROWS; ++r) acc[b][r] += HMULV(xv, wv[r]);
+        }
+    }
+#if K % VEC
+    // The last K % VEC columns as one zero-padded vector: the epilogue then only reduces.
+    floatV wt[ROWS];
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        float lanes[VEC];
+        #pragma unroll
+        for (int l = 0; l < VEC; ++l) lanes[l] = l < K - KV ? LOAD_W(w, wrow[r] + KV + l) : 0.0f;
+        wt[r] = vloadV(0, lanes);
+    }
+    #pragma unroll
+    for (int b = 0; b < BROWS; ++b) {
+        float lanes[VEC];
+        #pragma unroll
+        for (int l = 0; l < VEC; ++l) lanes[l] = l < K - KV ? LOAD_X(x, xrow[b] + KV + l) : 0.0f;
+        const floatV xt = vloadV(0, lanes);
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[b][r] += HMULV(xt, wt[r]);
+    }
+#endif
+    #pragma unroll
+    for (int b = 0; b < BROWS; ++b) {
+        const int m = m0 + b;
+        if (m >= M) continue;  // (not break: an early exit would stop the loop unrolling)
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int o = o0 + r;
+            if (o >= NOUT) continue;  // (not break: an early exit would stop the loop unrolling)
+            const float sum = hsum(acc[b][r]);
+#if HAS_BIAS
+            float v = ALPHA * sum + BETA * LOAD_B(bias, m * BSM + o * BSO);
+#else
+            float v = ALPHA * sum;
+#endif
+            v = ACTIVATE(v);
+            STORE_Y(y, m * NOUT + o, v);
+        }
+    }
+}
+#endif
+
+#ifdef MATMUL
+// Batched matrix product with numpy broadcasting: Y[b] (M x NN) = A[b] (M x K) * B[b] (K x NN).
+// The batch index is decomposed over up to three batch dims OB0..OB2 with per-operand strides
+// (0 where an operand is broadcast). Work-item: VEC consecutive columns of one row.
+#define NT ((NN + VEC - 1) / VEC)
+__kernel void matmul(__global const A_T* restrict a, __global const B_T* restrict bm,
+                     __global Y_T* restrict y) {
+    const int n0 = (get_global_id(0) % NT) * VEC;
+    const int m = get_global_id(0) / NT;
+    const int batch = get_global_id(1);
+    if (m >= M) return;
+    const int b2 = batch % OB2, b1 = (batch / OB2) % OB1, b0 = batch / (OB2 * OB1);
+    const int abase = b0 * SA0 + b1 * SA1 + b2 * SA2 + m * K;
+    const int bbase = b0 * SB0 + b1 * SB1 + b2 * SB2 + n0;
+    floatV acc = (floatV)(0.0f);
+    if (n0 + VEC <= NN) {
+        for (int k = 0; k < K; ++k)
+            acc += HMULV((floatV)(LOAD_A(a, abase + k)), VLOAD_B(bm, bbase + k * NN));
+    } else {
+        for (int k = 0; k < K; ++k) {
+            float lanes[VEC];
+            #pragma unroll
+            for (int l = 0; l < VEC; ++l) lanes[l] = n0 + l < NN ? LOAD_B(bm, bbase + k * NN + l) : 0.0f;
+            acc += HMULV((floatV)(LOAD_A(a, abase + k)), vloadV(0, lanes));
+        }
+    }
+    acc = ACTIVATE(acc);
+    store_lanes(y, (batch * M + m) * NN + n0, acc, NN - n0);
+}
+#endif
+
+#ifdef CONV_OC
+// Any ungrouped convolution with OC a multiple of VEC, vectorised along output channels:
+// weights are stored (KH, KW, C, OC) so the OC weights of one tap and input channel are
+// contiguous, every input value is loaded once and broadcast against NV vectors of channels.
+// Work-item: PIX consecutive output pixels (flattened, rows may wrap) x NV*VEC channels. Unlike
+// the pixel-vectorised kernels no lane is wasted on narrow rows (7x7, 14x14 maps) and the
+// border test is one scalar select per pixel and tap.
+#define P (OH * OW)
+#define HW (H * W)
+__kernel void conv_oc(__global const X_T* restrict x, __global const W_T* restrict w,
+                      __global const B_T* restrict bias, __global Y_T* restrict y) {
+    const int p0 = get_global_id(0) * PIX;
+    const int oc0 = get_global_id(1) * (VEC * NV);
+    const int n = get_global_id(2);
+    if (p0 >= P || oc0 >= OC) return;
+    const __global X_T* xn = x + n * C * HW;
+    int iy0[PIX], ix0[PIX];
+    floatV acc[PIX][NV];
+#pragma unroll
+    for (int q = 0; q < PIX; ++q) {
+        const int p = min(p0 + q, P - 1);
+        iy0[q] = (p / OW) * SH - PT;
+        ix0[q] = (p % OW) * SW - PL;
+#pragma unroll
+        for (int v = 0; v < NV; ++v) acc[q][v] = (floatV)(0.0f);
+    }
+    int wcol[NV];  // vectors past OC re-read the last one (OC % VEC == 0); never stored
+#pragma unroll
+    for (int v = 0; v < NV; ++v) wcol[v] = min(oc0 + v * VEC, OC - VEC);
+    for (int i = 0; i < KH; ++i) {
+        for (int j = 0; j < KW; ++j) {
+            int off[PIX];
+            float keep[PIX];  // 1 on data, 0 in the padding (the load then reads offset 0)
+#pragma unroll
+            for (int q = 0; q < PIX; ++q) {
+                const int iy = iy0[q] + i * DH, ix = ix0[q] + j * DW;
+                const bool on_data = iy >= 0 && iy < H && ix >= 0 && ix < W;
+                off[q] = on_data ? iy * W + ix : 0;
+                keep[q] = on_data ? 1.0f : 0.0f;
+            }
+            const __global W_T* wt = w + (i * KW + j) * C * OC;
+            bool interior = true;
+#pragma unroll
+            for (int q = 0; q < PIX; ++q) interior = interior && keep[q] != 0.0f;
+            if (interior) {  // the common case: no masking in the hot loop
+                for (int c = 0; c < C; ++c) {
+                    floatV wv[NV];
+#pragma unroll
+                    for (int v = 0; v < NV; ++v) wv[v] = VLOAD_W(wt, c * OC + wcol[v]);
+#pragma unroll
+                    for (int q = 0; q < PIX; ++q) {
+                        const floatV xs = (floatV)(LOAD_X(xn, c * HW + off[q]));
+#pragma unroll
+                        for (int v = 0; v < NV; ++v) acc[q][v] += HMULV(xs, wv[v]);
+                    }
+                }
+                continue;
+            }
+            for (int c = 0; c < C; ++c) {
+                floatV wv[NV];
+#pragma unroll
+                for (int v = 0; v < NV; ++v) wv[v] = VLOAD_W(wt, c * OC + wcol[v]);
+#pragma unroll
+                for (int q = 0; q < PIX; ++q) {
+                    const floatV xs = (floatV)(LOAD_X(xn, c * HW + off[q]) * keep[q]);
+#pragma unroll
+                    for (int v = 0; v < NV; ++v) acc[q][v] += HMULV(xs, wv[v]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < NV; ++v) {
+        const int oc = oc0 + v * VEC;
+        if (oc >= OC) continue;  // (not break: an early exit would stop the loop unrolling)
+#if HAS_BIAS
+        const floatV b = VLOAD_B(bias, oc) * BETA;
+#else
+        const floatV b = (floatV)(0.0f);
+#endif
+#pragma unroll
+        for (int q = 0; q < PIX; ++q) {
+            if (p0 + q >= P) continue;  // (not break: an early exit would stop the loop unrolling)
+            floatV out = acc[q][v] * ALPHA + b;
+            out = ACTIVATE(out);
+            float lanes[VEC];
+            vstoreV(out, 0, lanes);
+#pragma unroll
+            for (int l = 0; l < VEC; ++l) STORE_Y(y, (n * OC + oc + l) * P + p0 + q, lanes[l]);
+        }
+    }
+}
+#endif

@@ -1,0 +1,136 @@
+"""Device memory: buffers that know their map state, and the liveness-planned activation arena.
+
+Zero-copy mode (the default on unified-memory devices, seed 003 §2.2) creates buffers with
+``CL_MEM_ALLOC_HOST_PTR`` and lets the host reach them only by mapping; copy mode keeps device
+buffers private and moves data with explicit reads and writes (the private-memory baseline).
+A mapped buffer belongs to the host: :meth:`DeviceBuffer.check_device_owned` is called for every
+buffer a kernel touches, so a kernel can never run on memory the host may be writing (the RW/WW
+hazard the seed warns about).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from ...errors import EdgeSDKError
+from .device import Device, _cl
+
+
+class MappedBufferError(EdgeSDKError, RuntimeError):
+    """A kernel would run on a buffer that is mapped for host access."""
+
+
+class DeviceBuffer:
+    """One OpenCL buffer (or a sub-buffer of the arena) and whether the host holds it mapped."""
+
+    def __init__(self, device: Device, nbytes: int, *, label: str, zero_copy: bool,
+                 read_only: bool = False, parent: "DeviceBuffer | None" = None, origin: int = 0) -> None:
+        cl = _cl()
+        self.device = device
+        self.label = label
+        self.nbytes = max(int(nbytes), 1)
+        self.zero_copy = zero_copy
+        self.parent = parent
+        self.origin = origin
+        self._mapping: Any = None  # pyopencl's MemoryMap while mapped
+        mf = cl.mem_flags
+        if parent is not None:
+            self.cl_buffer = parent.cl_buffer.get_sub_region(origin, self.nbytes)
+        else:
+            flags = mf.READ_ONLY if read_only else mf.READ_WRITE
+            if zero_copy:
+                flags |= mf.ALLOC_HOST_PTR
+            self.cl_buffer = cl.Buffer(device.context, flags, self.nbytes)
+
+    @property
+    def mapped(self) -> bool:
+        return self._mapping is not None or (self.parent is not None and self.parent.mapped)
+
+    def map(self, dtype: Any, shape: tuple[int, ...], *, write: bool, read: bool = True) -> np.ndarray:
+        """A numpy view of the buffer's memory (zero-copy mode only); the buffer stays host-owned
+        until :meth:`unmap`."""
+        if not self.zero_copy:
+            raise MappedBufferError(f"buffer {self.label!r} is a private device buffer (copy mode); "
+                                    f"it cannot be mapped")
+        if self._mapping is not None:
+            self.unmap()
+        cl = _cl()
+        flags = 0
+        if read:
+            flags |= cl.map_flags.READ
+        if write:
+            flags |= cl.map_flags.WRITE if read else cl.map_flags.WRITE_INVALIDATE_REGION
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        array, _ = cl.enqueue_map_buffer(self.device.queue, self.cl_buffer, flags, 0, (nbytes,),
+                                         np.uint8, is_blocking=True)
+        self._mapping = array.base
+        return array.view(dtype).reshape(shape)
+
+    def unmap(self) -> None:
+        if self._mapping is not None:
+            self._mapping.release(self.device.queue)
+            self._mapping = None
+
+    def write(self, array: np.ndarray) -> None:
+        """Copy a host array into the buffer (map + copy in zero-copy mode, a write otherwise)."""
+        array = np.ascontiguousarray(array)
+        if self.zero_copy:
+            np.copyto(self.map(array.dtype, array.shape, write=True, read=False), array)
+            self.unmap()
+        else:
+            _cl().enqueue_copy(self.device.queue, self.cl_buffer, array, is_blocking=True)
+
+    def read(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        """A fresh host copy of the buffer's contents."""
+        if self.zero_copy:
+            out = np.array(self.map(dtype, shape, write=False))
+            self.unmap()
+            return out
+        out = np.empty(shape, dtype)
+        _cl().enqueue_copy(self.device.queue, out, self.cl_buffer, is_blocking=True)
+        return out
+
+    def check_device_owned(self, kernel: str) -> None:
+        if self.mapped:
+            raise MappedBufferError(f"kernel {kernel!r} would use buffer {self.label!r} while it is mapped "
+                                    f"for the host; unmap it first (backend.unmap_views())")
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer({self.label!r}, {self.nbytes} B{', mapped' if self.mapped else ''})"
+
+
+@dataclass
+class Block:
+    """An arena request: ``nbytes`` live from step ``first`` to step ``last`` (inclusive)."""
+    name: str
+    nbytes: int
+    first: int
+    last: int
+    offset: int = -1
+
+
+def plan_arena(blocks: Iterable[Block], alignment: int) -> int:
+    """Give every block an offset so that blocks alive at the same step never overlap; returns
+    the arena size. Greedy best fit, largest first (close to optimal for CNN lifetimes)."""
+    placed: list[Block] = []
+    size = 0
+    for block in sorted(blocks, key=lambda b: (-b.nbytes, b.first, b.name)):
+        need = _align(block.nbytes, alignment)
+        busy = sorted((b.offset, b.offset + _align(b.nbytes, alignment)) for b in placed
+                      if b.first <= block.last and block.first <= b.last)
+        offset, best = 0, None
+        for start, end in busy:
+            if start - offset >= need and (best is None or start - offset < best[1]):
+                best = (offset, start - offset)
+            offset = max(offset, end)
+        block.offset = best[0] if best is not None else offset
+        placed.append(block)
+        size = max(size, block.offset + need)
+    return size
+
+
+def _align(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment

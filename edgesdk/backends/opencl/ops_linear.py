@@ -1,0 +1,338 @@
+"""Conv, Gemm and MatMul lowerings, dense and compressed (clustered, sparse CSR, NNM).
+
+Kernel choice for dense weights: a 1x1 / stride-1 / unpadded / ungrouped Conv is a GEMM
+(``conv_gemm``); every other Conv runs ``conv_direct`` (depthwise with its own tuning); Gemm runs
+``gemm_nt`` (one batch row per work-item when M == 1: the GEMV path). Compressed weights stay in
+their stored form on the device: clustered layers go through ``conv_direct`` reading indices and
+codebook, CSR layers through ``conv_csr``, NNM layers through a centroid convolution into a
+scratch tensor plus ``nnm_gather``. Gemm with compressed weights is run as a 1x1 convolution.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ...graph import Node
+from .kernels import (DeviceBuffer, Launch, LoweringContext, NotLowerable, activation_defines, ceil_div,
+                      kernel, storage_defines)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    n: int
+    c: int
+    h: int
+    w: int
+    oc: int
+    oh: int
+    ow: int
+    kh: int = 1
+    kw: int = 1
+    sh: int = 1
+    sw: int = 1
+    dh: int = 1
+    dw: int = 1
+    pt: int = 0
+    pl: int = 0
+    groups: int = 1
+
+    @classmethod
+    def of(cls, node: Node, x_shape: tuple[int, ...], y_shape: tuple[int, ...]) -> "ConvGeometry":
+        a = node.attrs
+        (kh, kw), (sh, sw), (dh, dw), pads = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
+        n, c, h, w = x_shape
+        return cls(n, c, h, w, y_shape[1], y_shape[2], y_shape[3], kh, kw, sh, sw, dh, dw, pads[0], pads[1],
+                   a["group"])
+
+    @property
+    def is_pointwise(self) -> bool:
+        return (self.kh, self.kw, self.sh, self.sw, self.pt, self.pl, self.groups) == (1, 1, 1, 1, 0, 0, 1)
+
+    @property
+    def is_depthwise(self) -> bool:
+        return self.groups == self.c and self.groups > 1
+
+    def defines(self) -> dict[str, int]:
+        return {"N": self.n, "C": self.c, "H": self.h, "W": self.w, "OC": self.oc, "OH": self.oh,
+                "OW": self.ow, "KH": self.kh, "KW": self.kw, "SH": self.sh, "SW": self.sw, "DH": self.dh,
+                "DW": self.dw, "PT": self.pt, "PL": self.pl, "G": self.groups, "CG": self.c // self.groups,
+                "OCG": self.oc // self.groups}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the producing kernel applies after the sum: y = act(alpha * acc + beta * bias)."""
+    bias: DeviceBuffer | None
+    bias_half: bool
+    activation: object = None
+    alpha: float = 1.0
+    beta: float = 1.0
+
+    def defines(self) -> dict:
+        return {"HAS_BIAS": int(self.bias is not None), "B_HALF": int(self.bias_half), "ALPHA": self.alpha,
+                "BETA": self.beta, **activation_defines(self.activation)}
+
+
+NONE = Epilogue(None, False)
+
+
+def _bias(ctx: LoweringContext, name: str | None) -> tuple[DeviceBuffer | None, bool]:
+    if not name:
+        return None, False
+    if not ctx.is_const(name):
+        raise NotLowerable(f"bias {name!r} is computed at run time")
+    return ctx.dense(name)
+
+
+# -- Conv -------------------------------------------------------------------------------------
+
+@kernel("Conv")
+def conv(ctx: LoweringContext, node: Node) -> list[Launch]:
+    x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
+    if len(x.shape) != 4:
+        raise NotLowerable("only 2-D convolutions have kernels")
+    if not ctx.is_const(node.inputs[1]):
+        raise NotLowerable("convolution weights computed at run time")
+    geom = ConvGeometry.of(node, x.shape, y.shape)
+    bias, bias_half = _bias(ctx, node.input(2))
+    epilogue = Epilogue(bias, bias_half, node.attrs.get("fused_activation"))
+    return conv_launches(ctx, node, geom, x.buffer, x.half, y.buffer, y.half, epilogue)
+
+
+def conv_launches(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: DeviceBuffer, x_half: bool,
+                  y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> list[Launch]:
+    """Launches for a convolution whose weights are constant ``node.inputs[1]``, in any encoding."""
+    w_name = node.inputs[1]
+    enc = ctx.encoding(w_name)
+    kind = enc.kind if enc is not None else "dense"
+    if kind == "nnm":
+        return _nnm(ctx, node, geom, x, x_half, y, y_half, epilogue)
+    if kind == "clustered":
+        return [_clustered(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
+    if kind == "sparse_csr":
+        return [_csr(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
+    if _channel_vectorised(ctx, geom):
+        w, w_half = ctx.dense(w_name, axes=(2, 3, 1, 0))
+        return [_conv_oc(ctx, geom, x, x_half, w, w_half, y, y_half, epilogue)]
+    w, w_half = ctx.dense(w_name)
+    return [dense_conv(ctx, geom, x, x_half, w, w_half, y, y_half, epilogue)]
+
+
+def _lane_use(extent: int, tile: int) -> float:
+    return extent / (-(-extent // tile) * tile)
+
+
+def _channel_vectorised(ctx: LoweringContext, geom: ConvGeometry) -> bool:
+    """Whether ``conv_oc`` (vectors along output channels) beats the pixel-vectorised kernels:
+    it needs OC % VEC == 0 and one group, and wins when rows are short or, for 1x1 layers, when
+    the pixel count leaves many lanes of the GEMM tiles idle."""
+    if geom.groups != 1 or geom.oc % ctx.vec:
+        return False
+    if geom.is_pointwise:
+        return _lane_use(geom.h * geom.w, ctx.vec * ctx.config.tuning("conv_gemm").vectors) < 0.9
+    return geom.ow < 2 * ctx.vec or _lane_use(geom.ow, ctx.vec) < 0.9
+
+
+def _conv_oc(ctx: LoweringContext, geom: ConvGeometry, x: DeviceBuffer, x_half: bool, w: DeviceBuffer,
+             w_half: bool, y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
+    t = ctx.config.tuning("conv_oc")
+    vectors = min(t.vectors, geom.oc // ctx.vec)
+    defines = {"CONV_OC": 1, **geom.defines(), **storage_defines(X=x_half, W=w_half, Y=y_half),
+               **epilogue.defines(), "PIX": t.rows, "NV": vectors}
+    size = (ceil_div(geom.oh * geom.ow, t.rows), ceil_div(geom.oc, ctx.vec * vectors), geom.n)
+    return ctx.launch("conv.cl", "conv_oc", defines, [x, w, epilogue.bias or ctx.dummy, y], size, "conv_oc")
+
+
+def dense_conv(ctx: LoweringContext, geom: ConvGeometry, x: DeviceBuffer, x_half: bool, w: DeviceBuffer,
+               w_half: bool, y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
+    roles = storage_defines(X=x_half, W=w_half, Y=y_half)
+    args = [x, w, epilogue.bias or ctx.dummy, y]
+    if geom.is_pointwise:
+        t = ctx.config.tuning("conv_gemm")
+        rows = min(t.rows, geom.oc)
+        vectors = min(t.vectors, ceil_div(geom.h * geom.w, ctx.vec))
+        defines = {"CONV_GEMM": 1, **geom.defines(), **roles, **epilogue.defines(), "ROWS": rows, "NVEC": vectors}
+        size = (ceil_div(geom.h * geom.w, ctx.vec * vectors), ceil_div(geom.oc, rows), geom.n)
+        return ctx.launch("conv.cl", "conv_gemm", defines, args, size, "conv_gemm")
+    return _direct(ctx, geom, args, roles, epilogue, {"W_MODE": 0})
+
+
+def _direct(ctx: LoweringContext, geom: ConvGeometry, args: list[DeviceBuffer], roles: dict, epilogue: Epilogue,
+            weight_defines: dict) -> Launch:
+    tuning_name = "depthwise" if geom.is_depthwise else "conv_direct"
+    ocg = geom.oc // geom.groups
+    rows = min(ctx.config.tuning(tuning_name).rows, ocg)
+    defines = {"CONV_DIRECT": 1, **geom.defines(), **roles, **epilogue.defines(), **weight_defines, "ROWS": rows}
+    size = (ceil_div(geom.ow, ctx.vec) * geom.oh, geom.groups * ceil_div(ocg, rows), geom.n)
+    return ctx.launch("conv.cl", "conv_direct", defines, args, size, tuning_name)
+
+
+def _clustered(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer, x_half: bool,
+               y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
+    enc = ctx.encoding(w_name)
+    book = enc.codebook.astype(np.float32)
+    if ctx.precision == "fp16":  # the reference's fp16 model rounds the decoded weights to half
+        book = book.astype(np.float16).astype(np.float32)
+    codebook = ctx.small_float(w_name, "codebook", book)
+    # Two bytes of padding: unpack_index reads the byte after the one an index starts in.
+    indices = ctx.raw(w_name, "indices", np.concatenate([np.asarray(enc.indices, np.uint8),
+                                                         np.zeros(2, np.uint8)]))
+    fits_constant = book.nbytes <= ctx.device.info.constant_buffer_bytes // 2
+    weight_defines = {"W_MODE": 1, "CB_BITS": enc.bits, "CB_ROWS": book.shape[0], "CB_CONST": int(fits_constant)}
+    roles = storage_defines(X=x_half, W=False, Y=y_half)
+    return _direct(ctx, geom, [x, indices, codebook, epilogue.bias or ctx.dummy, y], roles, epilogue,
+                   weight_defines)
+
+
+def _csr(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer, x_half: bool,
+         y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
+    enc = ctx.encoding(w_name)
+    row_ptr = ctx.raw(w_name, "csr-row-ptr", np.asarray(enc.row_ptr, np.int32))
+    deltas = ctx.raw(w_name, "csr-deltas", np.concatenate([np.asarray(enc.deltas, np.uint8), np.zeros(3, np.uint8)]))
+    if enc.codebook is not None:
+        book = enc.codebook.astype(np.float32)
+        if ctx.precision == "fp16":
+            book = book.astype(np.float16).astype(np.float32)
+        values = ctx.raw(w_name, "csr-indices", np.concatenate([np.asarray(enc.indices, np.uint8),
+                                                                np.zeros(3, np.uint8)]))
+        table = ctx.small_float(w_name, "codebook", book)
+        value_defines = {"V_MODE": 1, "CB_BITS": enc.value_bits, "CB_ROWS": book.shape[0]}
+        w_half = False
+    else:
+        raw_values = np.asarray(enc.values)
+        if ctx.precision == "fp16" and raw_values.dtype == np.float32:
+            raw_values = raw_values.astype(np.float16)
+        w_half = raw_values.dtype == np.float16
+        values = ctx.raw(w_name, "csr-values-fp16" if w_half else "csr-values-fp32", raw_values)
+        table = ctx.dummy
+        value_defines = {"V_MODE": 0}
+    defines = {"CONV_CSR": 1, **geom.defines(), **storage_defines(X=x_half, W=w_half, Y=y_half),
+               **epilogue.defines(), **value_defines, "DELTA_BITS": enc.delta_bits}
+    size = (ceil_div(geom.ow, ctx.vec) * geom.oh, geom.oc, geom.n)
+    args = [x, row_ptr, deltas, values, table, epilogue.bias or ctx.dummy, y]
+    return ctx.launch("sparse.cl", "conv_csr", defines, args, size, "conv_direct")
+
+
+def nnm_scratch_bytes(node: Node, graph) -> int:
+    """Bytes of the centroid tensor an NNM layer writes before gathering (0 for other layers)."""
+    enc = graph.tensors[node.inputs[1]].encoding if len(node.inputs) > 1 else None
+    if enc is None or enc.kind != "nnm":
+        return 0
+    y_shape = graph.tensors[node.outputs[0]].shape
+    per_group = enc.clusters
+    groups = enc.shape[1] if enc.mode == "per_input_channel" else 1
+    spatial = math.prod(y_shape[2:]) if node.op == "Conv" else 1
+    return y_shape[0] * groups * per_group * spatial * 4
+
+
+def _nnm(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: DeviceBuffer, x_half: bool,
+         y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> list[Launch]:
+    """Centroid convolution into the scratch tensor (float32), then the gather-accumulate."""
+    enc = ctx.encoding(node.inputs[1])
+    centroids = np.asarray(enc.centroids)
+    if ctx.precision == "fp16" and centroids.dtype == np.float32:
+        centroids = centroids.astype(np.float16)
+    w_half = centroids.dtype == np.float16
+    w = ctx.raw(node.inputs[1], "centroids", centroids)
+    scratch = ctx.scratch[node.name]
+    clusters = enc.clusters
+    if enc.mode == "per_input_channel":
+        # (C, K', R, S) is exactly the weight tensor of a grouped conv: C groups, K' outputs each.
+        groups = geom.c
+        centroid_geom = replace(geom, oc=geom.c * clusters, groups=geom.c)
+    else:
+        groups = 1
+        centroid_geom = replace(geom, oc=clusters)
+    first = dense_conv(ctx, centroid_geom, x, x_half, w, w_half, scratch, False, NONE)
+    assign_dtype = np.uint8 if enc.assignment.dtype == np.uint8 else np.uint16
+    assign = ctx.raw(node.inputs[1], "assignment", np.asarray(enc.assignment, assign_dtype))
+    total = geom.n * geom.oc * geom.oh * geom.ow
+    defines = {"N": geom.n, "OC": geom.oc, "KC": clusters, "GROUPS": groups, "P": geom.oh * geom.ow,
+               "ASSIGN_T": "uchar" if assign_dtype == np.uint8 else "ushort",
+               **storage_defines(S=False, Y=y_half), **epilogue.defines()}
+    second = ctx.launch("nnm.cl", "nnm_gather", defines, [scratch, assign, epilogue.bias or ctx.dummy, y],
+                        (total,), "eltwise")
+    return [first, second]
+
+
+# -- Gemm and MatMul --------------------------------------------------------------------------
+
+@kernel("Gemm")
+def gemm(ctx: LoweringContext, node: Node) -> list[Launch]:
+    a = node.attrs
+    x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
+    if a["transA"]:
+        raise NotLowerable("Gemm with transA")
+    if not ctx.is_const(node.inputs[1]):
+        raise NotLowerable("Gemm with a run-time B operand")
+    m, k = x.shape
+    nout = y.shape[1]
+    c_name = node.input(2) if a["beta"] != 0.0 else None
+    bias, bias_half = _bias(ctx, c_name)
+    c_shape = ctx.graph.tensors[c_name].shape if c_name else ()
+    epilogue = Epilogue(bias, bias_half, node.attrs.get("fused_activation"), a["alpha"], a["beta"])
+    if ctx.encoding(node.inputs[1]) is not None and ctx.encoding(node.inputs[1]).kind != "fp16":
+        # Compressed weights are stored (out, in): a 1x1 convolution over M images of 1x1 pixels.
+        if not a["transB"]:
+            raise NotLowerable("compressed Gemm weights stored (in, out)")
+        if c_name and math.prod(c_shape) not in (1, nout) or (len(c_shape) == 2 and c_shape[0] != 1):
+            raise NotLowerable(f"Gemm bias of shape {c_shape} with compressed weights")
+        if c_name and math.prod(c_shape) == 1 and nout != 1:
+            raise NotLowerable("scalar Gemm bias with compressed weights")
+        geom = ConvGeometry(m, k, 1, 1, nout, 1, 1)
+        return conv_launches(ctx, node, geom, x.buffer, x.half, y.buffer, y.half, epilogue)
+    w, w_half = ctx.dense(node.inputs[1], transpose=not a["transB"])
+    return [gemm_nt(ctx, m, k, nout, x.buffer, x.half, w, w_half, y.buffer, y.half, epilogue, c_shape)]
+
+
+def gemm_nt(ctx: LoweringContext, m: int, k: int, nout: int, x: DeviceBuffer, x_half: bool, w: DeviceBuffer,
+            w_half: bool, y: DeviceBuffer, y_half: bool, epilogue: Epilogue, c_shape: tuple[int, ...] = ()
+            ) -> Launch:
+    c2 = (1,) * (2 - len(c_shape)) + tuple(c_shape)
+    bsm = (c2[1] if c2[0] > 1 else 0) if epilogue.bias is not None else 0
+    bso = (1 if c2[1] > 1 else 0) if epilogue.bias is not None else 0
+    t = ctx.config.tuning("gemm_nt")
+    rows = min(t.rows, nout)
+    brows = 1 if m == 1 else min(t.vectors, m)
+    defines = {"GEMM_NT": 1, "M": m, "K": k, "NOUT": nout, "ROWS": rows, "BROWS": brows, "BSM": bsm, "BSO": bso,
+               **storage_defines(X=x_half, W=w_half, Y=y_half), **epilogue.defines()}
+    size = (ceil_div(nout, rows), ceil_div(m, brows))
+    return ctx.launch("conv.cl", "gemm_nt", defines, [x, w, epilogue.bias or ctx.dummy, y], size, "gemm_nt")
+
+
+def _operand(ctx: LoweringContext, name: str) -> tuple[DeviceBuffer, bool]:
+    if ctx.is_const(name):
+        return ctx.dense(name)
+    ref = ctx.act(name)
+    return ref.buffer, ref.half
+
+
+@kernel("MatMul")
+def matmul(ctx: LoweringContext, node: Node) -> list[Launch]:
+    a_shape = ctx.graph.tensors[node.inputs[0]].shape
+    b_shape = ctx.graph.tensors[node.inputs[1]].shape
+    y = ctx.act(node.outputs[0])
+    a2 = (1,) + a_shape if len(a_shape) == 1 else a_shape
+    b2 = b_shape + (1,) if len(b_shape) == 1 else b_shape
+    m, k, nn = a2[-2], a2[-1], b2[-1]
+    batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    if len(batch) > 3:
+        raise NotLowerable(f"MatMul with {len(batch)} batch dimensions")
+    out_batch = (1,) * (3 - len(batch)) + tuple(batch)
+    strides = {}
+    for tag, shape, matrix in (("A", a2, m * k), ("B", b2, k * nn)):
+        dims = (1,) * (3 - len(shape[:-2])) + tuple(shape[:-2])
+        stride, running = [0, 0, 0], matrix
+        for i in (2, 1, 0):
+            stride[i] = running if dims[i] > 1 else 0
+            running *= dims[i]
+        strides.update({f"S{tag}{i}": s for i, s in enumerate(stride)})
+    a, a_half = _operand(ctx, node.inputs[0])
+    b, b_half = _operand(ctx, node.inputs[1])
+    defines = {"MATMUL": 1, "M": m, "K": k, "NN": nn, "OB0": out_batch[0], "OB1": out_batch[1],
+               "OB2": out_batch[2], **strides, **storage_defines(A=a_half, B=b_half, Y=y.half),
+               **activation_defines(node.attrs.get("fused_activation"))}
+    size = (ceil_div(nn, ctx.vec) * m, math.prod(out_batch))
+    return [ctx.launch("conv.cl", "matmul", defines, [a, b, y.buffer], size, "matmul")]

@@ -1,0 +1,376 @@
+"""The opencl backend's runtime: devices, device configs, the program binary cache, zero-copy
+views and the map-state guard, the activation arena, profiling and the fp16 product numerics."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgesdk
+from conftest import assert_close
+from edgesdk.errors import BackendUnavailableError, EdgeSDKError
+from edgesdk.models import default_model_path
+from onnx_builders import single_node_model
+
+pytest.importorskip("pyopencl")
+from edgesdk.backends.opencl import MappedBufferError, OpenCLBackend, describe_devices  # noqa: E402
+from edgesdk.backends.opencl import config as cl_config  # noqa: E402
+from edgesdk.backends.opencl.device import open_device  # noqa: E402
+from edgesdk.backends.opencl.memory import Block, plan_arena  # noqa: E402
+from edgesdk.backends.opencl.programs import program_cache  # noqa: E402
+
+pytestmark = pytest.mark.skipif(OpenCLBackend.unavailable_reason() is not None,
+                                reason=str(OpenCLBackend.unavailable_reason()))
+R = np.random.default_rng(3)
+DEFAULT = str(default_model_path())
+
+
+def rand(*shape: int) -> np.ndarray:
+    return R.standard_normal(shape).astype(np.float32)
+
+
+def backend_for(model, **options) -> OpenCLBackend:
+    sess = edgesdk.Session(model)  # for its optimised plan
+    return OpenCLBackend(sess.plan, **options)
+
+
+def reference_out(model, x: np.ndarray, precision: str = "fp32") -> dict[str, np.ndarray]:
+    sess = edgesdk.Session(model, precision=precision)
+    return sess.run({sess.input_names[0]: x})
+
+
+# -- devices ------------------------------------------------------------------------------------
+
+def test_describe_devices_has_table_2_1_fields() -> None:
+    devices = describe_devices()
+    assert devices
+    for key in ("global_mem_bytes", "local_mem_bytes", "constant_buffer_bytes", "global_mem_cache_bytes",
+                "global_mem_cacheline_bytes", "compute_units", "max_work_group_size", "max_work_item_sizes",
+                "host_unified_memory", "fp16", "mem_base_addr_align_bytes", "extensions", "driver_version"):
+        assert key in devices[0], key
+    assert devices[0]["compute_units"] >= 1 and devices[0]["max_work_group_size"] >= 1
+    json.dumps(devices)
+
+
+def test_device_selection_by_environment(monkeypatch) -> None:
+    name = describe_devices()[0]["device"]
+    monkeypatch.setenv("EDGESDK_OPENCL_DEVICE", "0")
+    assert backend_for(DEFAULT).device.info.name == name
+    monkeypatch.setenv("EDGESDK_OPENCL_DEVICE", name[2:7].upper())  # case-insensitive substring
+    assert backend_for(DEFAULT).device.info.name == name
+    monkeypatch.setenv("EDGESDK_OPENCL_DEVICE", "no-such-device-anywhere")
+    with pytest.raises(BackendUnavailableError, match="no OpenCL device matches"):
+        edgesdk.Session(DEFAULT, backend="opencl")
+    monkeypatch.setenv("EDGESDK_OPENCL_DEVICE", "99")
+    with pytest.raises(BackendUnavailableError, match="out of range"):
+        edgesdk.Session(DEFAULT, backend="opencl")
+
+
+def test_device_argument_wins_over_environment(monkeypatch) -> None:
+    monkeypatch.setenv("EDGESDK_OPENCL_DEVICE", "no-such-device-anywhere")
+    assert backend_for(DEFAULT, device=0).device.info.name == describe_devices()[0]["device"]
+
+
+# -- device configs -----------------------------------------------------------------------------
+
+def test_every_family_file_is_valid() -> None:
+    files = cl_config.family_files()
+    families = {p.stem for p in files}
+    assert {"adreno-5xx", "adreno-6xx", "adreno-7xx", "mali-bifrost", "mali-valhall", "powervr", "intel-igpu",
+            "amd", "nvidia", "pocl-cpu", "generic"} <= families
+    for path in files:
+        data = cl_config._read(path)
+        config = cl_config._build(data, path.name)
+        assert set(config.kernels) <= set(cl_config.KERNEL_NAMES)
+
+
+def _info(**fields):
+    base = open_device(0).info
+    return base.__class__(**{**base.__dict__, **fields})
+
+
+@pytest.mark.parametrize("vendor,name,type_,family", [
+    ("QUALCOMM", "QUALCOMM Adreno(TM) 540", "GPU", "adreno-5xx"),
+    ("QUALCOMM", "QUALCOMM Adreno(TM) 660", "GPU", "adreno-6xx"),
+    ("QUALCOMM", "QUALCOMM Adreno(TM) 740", "GPU", "adreno-7xx"),
+    ("ARM", "Mali-G76", "GPU", "mali-bifrost"),
+    ("ARM", "Mali-G710", "GPU", "mali-valhall"),
+    ("Imagination Technologies", "PowerVR B-Series BXM-8-256", "GPU", "powervr"),
+    ("Intel(R) Corporation", "Intel(R) UHD Graphics 620", "GPU", "intel-igpu"),
+    ("Advanced Micro Devices, Inc.", "gfx1030", "GPU", "amd"),
+    ("NVIDIA Corporation", "NVIDIA GeForce RTX 3060", "GPU", "nvidia"),
+    ("Some Vendor", "Some Accelerator", "ACCELERATOR", "generic"),
+])
+def test_family_matching(vendor, name, type_, family) -> None:
+    info = _info(vendor=vendor, name=name, type=type_, platform="Some Platform")
+    assert cl_config.load_device_config(info).family == family
+
+
+def test_pocl_matches_its_profile_and_user_file_overrides(tmp_path) -> None:
+    info = open_device(0).info
+    if "Portable Computing Language" not in info.platform:
+        pytest.skip("not PoCL")
+    assert cl_config.load_device_config(info).family == "pocl-cpu"
+    user = tmp_path / "mine.yaml"
+    user.write_text("memory: copy\nkernels:\n  conv_direct: {rows: 2}\n")
+    config = cl_config.load_device_config(info, user)
+    assert config.memory == "copy" and config.tuning("conv_direct").rows == 2
+    assert config.tuning("conv_gemm").rows == cl_config.load_device_config(info).tuning("conv_gemm").rows
+
+
+@pytest.mark.parametrize("text,match", [("vector_width: 3\n", "vector_width"), ("memory: shared\n", "memory"),
+                                        ("weights_storage: image\n", "not implemented"),
+                                        ("kernels:\n  conv_fast: {}\n", "unknown kernel"),
+                                        ("colour: blue\n", "unknown keys")])
+def test_bad_user_config_is_a_typed_one_line_error(tmp_path, text, match) -> None:
+    user = tmp_path / "bad.yaml"
+    user.write_text(text)
+    with pytest.raises(cl_config.DeviceConfigError, match=match) as info:
+        cl_config.load_device_config(open_device(0).info, user)
+    assert isinstance(info.value, EdgeSDKError) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("family", ["adreno-6xx", "mali-bifrost", "nvidia", "generic"])
+def test_other_families_tunings_compute_the_same(family) -> None:
+    """Tile sizes, vector widths and work-group sizes of the GPU profiles, run on this device."""
+    model = single_node_model("Conv", (1, 6, 11, 13), {"W": rand(10, 6, 3, 3), "B": rand(10)}, pads=[1, 1, 1, 1],
+                              strides=[2, 1])
+    x = rand(1, 6, 11, 13)
+    backend = backend_for(model, config=cl_config.CONFIG_DIR / f"{family}.yaml")
+    assert backend.config.family == family
+    got = backend.run({"x": x})
+    assert_close(got["y"], reference_out(model, x)["y"], 1e-4)
+    pointwise = single_node_model("Conv", (1, 12, 5, 7), {"W": rand(9, 12, 1, 1)})
+    x = rand(1, 12, 5, 7)
+    got = backend_for(pointwise, config=cl_config.CONFIG_DIR / f"{family}.yaml").run({"x": x})
+    assert_close(got["y"], reference_out(pointwise, x)["y"], 1e-4)
+
+
+# -- program binary cache -----------------------------------------------------------------------
+
+def test_second_session_loads_cached_binaries(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGESDK_CACHE_DIR", str(tmp_path))
+    cache = program_cache(open_device(None))
+    cache.clear_memory()
+    before = cache.stats.to_dict()
+    first = edgesdk.Session(DEFAULT, backend="opencl")
+    built = cache.stats.source_builds - before["source_builds"]
+    assert built > 0
+    files = sorted((tmp_path / "cl").glob("*.bin"))
+    assert len(files) == built and not list((tmp_path / "cl").glob("*.tmp"))
+    cache.clear_memory()  # as a new process would: nothing in memory, binaries on disk
+    loads = cache.stats.binary_loads
+    second = edgesdk.Session(DEFAULT, backend="opencl")
+    assert cache.stats.source_builds - before["source_builds"] == built  # no rebuild
+    assert cache.stats.binary_loads - loads == built
+    x = rand(*first.input_shapes[first.input_names[0]])
+    assert np.array_equal(first.run({"input": x})["logits"], second.run({"input": x})["logits"])
+
+
+def test_damaged_cached_binary_is_rebuilt(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGESDK_CACHE_DIR", str(tmp_path))
+    cache = program_cache(open_device(None))
+    cache.clear_memory()
+    edgesdk.Session(DEFAULT, backend="opencl")
+    for path in (tmp_path / "cl").glob("*.bin"):
+        path.write_bytes(b"not a program binary")
+    cache.clear_memory()
+    builds = cache.stats.source_builds
+    sess = edgesdk.Session(DEFAULT, backend="opencl")
+    assert cache.stats.source_builds > builds
+    x = rand(*sess.input_shapes["input"])
+    assert_close(sess.run({"input": x})["logits"], reference_out(DEFAULT, x)["logits"], 1e-4)
+
+
+# -- zero-copy views and the map-state guard ---------------------------------------------------------
+
+def test_zero_copy_views_round_trip() -> None:
+    backend = backend_for(DEFAULT)
+    assert backend.zero_copy
+    x = rand(1, 1, 8, 8)
+    view = backend.input_view("input")
+    view[...] = x
+    backend.unmap_views()
+    backend.execute()
+    out = backend.output_view("logits")
+    assert not out.flags.writeable
+    assert_close(out, reference_out(DEFAULT, x)["logits"], 1e-4)
+    backend.unmap_views()
+
+
+def test_kernel_never_runs_on_a_mapped_buffer() -> None:
+    backend = backend_for(DEFAULT)
+    backend.input_view("input")[...] = rand(1, 1, 8, 8)
+    with pytest.raises(MappedBufferError, match="mapped"):
+        backend.execute()
+    backend.unmap_views()
+    backend.execute()
+    backend.output_view("logits")
+    with pytest.raises(MappedBufferError):  # the output is host-owned until unmapped, too
+        backend.execute()
+    backend.unmap_views()
+    backend.execute()
+
+
+def test_run_with_the_mapped_view_as_feed_copies_nothing() -> None:
+    backend = backend_for(DEFAULT)
+    x = rand(1, 1, 8, 8)
+    view = backend.input_view("input")
+    view[...] = x
+    got = backend.run({"input": view})
+    assert_close(got["logits"], reference_out(DEFAULT, x)["logits"], 1e-4)
+    assert not any(b.mapped for b in backend._io.values())
+
+
+def test_copy_mode_matches_zero_copy(monkeypatch) -> None:
+    x = rand(1, 1, 8, 8)
+    zero = backend_for(DEFAULT).run({"input": x})["logits"]
+    monkeypatch.setenv("EDGESDK_OPENCL_MEMORY", "copy")
+    copy_backend = backend_for(DEFAULT)
+    assert not copy_backend.zero_copy
+    assert np.array_equal(copy_backend.run({"input": x})["logits"], zero)
+    copy_backend.input_view("input")[...] = x  # a staging array in copy mode
+    copy_backend.execute()
+    assert np.array_equal(copy_backend.output_view("logits"), zero)
+    with pytest.raises(MappedBufferError, match="copy mode"):
+        copy_backend._io["input"].map(np.float32, (64,), write=True)
+
+
+def test_views_reject_unknown_names() -> None:
+    backend = backend_for(DEFAULT)
+    with pytest.raises(edgesdk.errors.InputError):
+        backend.input_view("logits")
+    with pytest.raises(edgesdk.errors.InputError):
+        backend.output_view("input")
+
+
+# -- arena ------------------------------------------------------------------------------------------
+
+def test_plan_arena_never_overlaps_live_blocks() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        blocks = []
+        for i in range(rng.integers(1, 25)):
+            first = int(rng.integers(0, 20))
+            blocks.append(Block(f"b{i}", int(rng.integers(1, 5000)), first, first + int(rng.integers(0, 6))))
+        size = plan_arena(blocks, 128)
+        for a in blocks:
+            assert a.offset % 128 == 0 and a.offset + a.nbytes <= size
+            for b in blocks:
+                if a is not b and a.first <= b.last and b.first <= a.last:
+                    assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset
+        peak = max(sum(b.nbytes for b in blocks if b.first <= t <= b.last) for t in range(30))
+        assert size >= peak
+
+
+def test_arena_reuses_memory_and_profile_reports_peak() -> None:
+    from zoo import export_onnx, sample_input
+    path = export_onnx("squeezenet", input_shape=(1, 3, 64, 64))
+    sess = edgesdk.Session(path, backend="opencl")
+    report = sess.profile({"input": sample_input("squeezenet", (1, 3, 64, 64))})
+    memory = report.memory
+    assert memory.arena_bytes < memory.unplanned_activation_bytes / 2
+    assert report.to_dict()["peak_device_memory_bytes"] == memory.arena_bytes + memory.io_bytes + memory.weight_bytes
+
+
+# -- profiling ----------------------------------------------------------------------------------------
+
+def test_profile_records_every_op() -> None:
+    sess = edgesdk.Session(DEFAULT, backend="opencl")
+    x = rand(1, 1, 8, 8)
+    report = sess.profile({"input": x})
+    assert [r.node for r in report.ops] == [n.name for n in sess.graph.nodes]
+    convs = [r for r in report.ops if r.op.startswith("Conv")]
+    assert convs and all(r.placement == "opencl" and r.device_ms > 0 and r.kernels for r in convs)
+    assert all(r.weight_bytes > 0 and r.output_bytes > 0 for r in convs)
+    assert report.device_ms > 0 and report.wall_ms > 0
+    assert_close(report.outputs["logits"], reference_out(DEFAULT, x)["logits"], 1e-4)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["placements"]["opencl"] == len(convs) + sum(r.op.startswith(("Gemm", "MaxPool")) for r in report.ops)
+
+
+# -- fp16 products (native cl_khr_fp16 arithmetic, emulated bit-exactly where it is missing) ------------
+
+def test_half_products_match_numpy_float16_model(tmp_path) -> None:
+    """fp16 mode with half products: every product x*w is rounded to half (as native half
+    multiplication does), sums stay float. Compared with the numpy model of exactly that."""
+    k, nout = 256, 16
+    w, b = rand(nout, k), rand(nout)
+    model = single_node_model("Gemm", (1, k), {"W": w, "B": b}, transB=1)
+    x = rand(1, k)
+    user = tmp_path / "emulate.yaml"
+    user.write_text("fp16_arithmetic: emulate\n")
+    backend = backend_for(model, precision="fp16", config=user)
+    got = backend.run({"x": x})["y"].astype(np.float64)
+    f16 = lambda a: a.astype(np.float16)  # noqa: E731
+    products = (f16(x).astype(np.float32) * f16(w).astype(np.float32)).astype(np.float16)  # half products
+    model_out = products.astype(np.float64).sum(axis=1) + f16(b).astype(np.float64)
+    storage_only = (f16(x).astype(np.float64) * f16(w).astype(np.float64)).sum(axis=1) + f16(b).astype(np.float64)
+    scale = np.abs(model_out).max()
+    assert np.abs(got - model_out).max() <= 2e-5 * scale  # float32 sums of the half products
+    assert np.abs(storage_only - model_out).max() > 1e-4 * scale  # the model is not vacuous
+
+
+def test_native_half_used_only_with_cl_khr_fp16() -> None:
+    backend = backend_for(DEFAULT, precision="fp16")
+    assert backend._half_products() == (1 if backend.device.info.fp16 else 0)
+    assert backend_for(DEFAULT, precision="fp32")._half_products() == 0
+
+
+def test_fp16_mode_stores_activations_as_half() -> None:
+    backend = backend_for(DEFAULT, precision="fp16")
+    inner = [t for name, t in backend._tensors.items() if name not in ("input", "logits")]
+    assert inner and all(t.half for t in inner)
+    fp32 = backend_for(DEFAULT)
+    assert fp32.memory_report.arena_bytes >= backend.memory_report.arena_bytes
+    assert math.isclose(sum(w.nbytes for w in backend.weights) * 2, sum(w.nbytes for w in fp32.weights))
+
+
+def _add_then_mul(shape: list[int]):
+    """x + 0 (stored as half in fp16 mode: the rounding under test) then * 1 (read back)."""
+    import onnx
+    import onnx.helper as oh
+    import onnx.numpy_helper as nh
+    nodes = [oh.make_node("Add", ["x", "zero"], ["a"]), oh.make_node("Mul", ["a", "one"], ["y"])]
+    graph = oh.make_graph(nodes, "halves", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+                          [oh.make_empty_tensor_value_info("y")],
+                          [nh.from_array(np.zeros(shape, np.float32), "zero"), nh.from_array(np.ones(shape, np.float32), "one")])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    return edgesdk.Session(model, backend="opencl", precision="fp16")
+
+
+def test_every_finite_half_survives_vector_loads() -> None:
+    """fp16 storage round trip of all 63,488 finite halves: Add stores them as half, Mul reads
+    them back with the vector loads (on PoCL: the integer widening of `half_vectors: scalar`)."""
+    values = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    values = values[np.isfinite(values)].astype(np.float32)
+    x = values[: values.size // 8 * 8].reshape(1, 1, -1, 8)
+    got = _add_then_mul(list(x.shape)).run({"x": x})["y"]
+    assert np.array_equal(got, x.astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize("width", [8, 7])  # 7: rows end off the vector width (scalar stores)
+def test_float_to_half_stores_round_to_nearest_even(width: int) -> None:
+    """Every tie between adjacent halves (and one float ulp either side of it), the overflow
+    threshold, subnormals, infinities and nan, stored as half: equal to numpy's float16 rounding."""
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    halves = np.sort(halves[np.isfinite(halves)].astype(np.float32))
+    ties = (halves[:-1] + (halves[1:] - halves[:-1]) / 2).astype(np.float32)  # exact in float32
+    near = np.concatenate([ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf))])
+    special = np.array([65504, 65519.996, 65520, 65536, 1e30, np.inf, -np.inf, 2.0 ** -24, 2.0 ** -25,
+                        2.0 ** -25 * 1.0001, 2.0 ** -26, 1e-40, -1e-40, 0.0, -0.0], np.float32)
+    rng = np.random.default_rng(0)
+    wide = (rng.standard_normal(4096) * 10.0 ** rng.uniform(-9, 6, 4096)).astype(np.float32)
+    values = np.concatenate([near, special, wide])
+    values = values[: values.size // width * width]
+    x = values.reshape(1, 1, -1, width)
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float16).astype(np.float32)
+    got = _add_then_mul(list(x.shape)).run({"x": x})["y"]
+    assert np.array_equal(got, expected), (x[got != expected][:5], got[got != expected][:5])
+    nan = _add_then_mul([1, 1, 1, 8]).run({"x": np.full((1, 1, 1, 8), np.nan, np.float32)})["y"]
+    assert np.isnan(nan).all()
