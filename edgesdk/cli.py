@@ -460,11 +460,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gradual pruning over this fraction of the retraining epochs (0: one-shot masks)")
     p.set_defaults(func=cmd_finetune)
 
+    from .profile.cli import add_profile_parser
+    add_profile_parser(sub, [common, model_opts])
+
     p = sub.add_parser("devices", parents=[common], help="CPU features, the cpu backend's kernel path, OpenCL devices")
     p.set_defaults(func=cmd_devices)
 
     p = sub.add_parser("quickstart", parents=[common], help="the embedded default model end to end")
     p.set_defaults(func=cmd_quickstart)
+
     return parser
 
 

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from ..errors import BackendUnavailableError
 from ..runtime.plan import ExecutionPlan
+
+if TYPE_CHECKING:
+    from ..profile.records import ProfileReport
 
 
 class Backend(abc.ABC):
@@ -33,3 +37,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run with validated feeds (name -> array); return every graph output by name."""
+
+    def profile(self, feeds: dict[str, np.ndarray]) -> "ProfileReport":
+        """Run once like :meth:`run`, timing every step: per-op records in execution order,
+        placements, memory, and the outputs (``report.outputs``). Not abstract, so that a backend
+        without a profiler still runs; this default says so."""
+        raise BackendUnavailableError(f"backend {self.name!r} has no per-op profiler; the built-in "
+                                      f"backends (reference, cpu, opencl) have one")

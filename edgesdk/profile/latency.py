@@ -50,3 +50,17 @@ def time_calls(fn: Callable[[], object], *, warmup: int = 3, min_runs: int = 10,
 def measure_latency(fn: Callable[[], object], **options) -> LatencyStats:
     """:func:`time_calls` summarised."""
     return LatencyStats.from_seconds(time_calls(fn, **options))
+
+
+def format_ms(ms: float | None) -> str:
+    """A duration given in milliseconds, to three significant figures or so: "12.3 ms", "0.457 ms",
+    "5.8 µs" (per-op times of small layers are microseconds)."""
+    if ms is None:
+        return "n/a"
+    if abs(ms) >= 100:
+        return f"{ms:.0f} ms"
+    if abs(ms) >= 1:
+        return f"{ms:.2f} ms"
+    if abs(ms) >= 0.1 or ms == 0:
+        return f"{ms:.3f} ms"
+    return f"{ms * 1e3:.1f} \u00b5s"

@@ -1,4 +1,4 @@
-"""Per-op profile records: what ``OpenCLBackend.profile`` returns (and later reports draw)."""
+"""Per-op profile records: what every backend's ``profile(feeds)`` returns and reports draw."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -18,6 +18,16 @@ class OpRecord:
     scratch_bytes: int  # temporary device memory only this node uses (NNM centroid planes)
     note: str = ""  # why a node runs on the reference backend
 
+    @property
+    def timed_on(self) -> str:
+        """Where the node's time was measured: "device" (events of the kernels it launched) or "host"."""
+        return "device" if self.kernels else "host"
+
+    @property
+    def time_ms(self) -> float:
+        """The node's cost: its kernels' device time, or the host time when it ran no kernel."""
+        return self.device_ms if self.kernels else self.host_ms
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["kernels"] = list(self.kernels)
@@ -31,6 +41,8 @@ class MemoryReport:
     io_bytes: int  # graph inputs and outputs (mappable buffers)
     weight_bytes: int
     zero_copy: bool
+    # How the numbers were obtained: the backend's own allocations, or an estimate (and of what).
+    source: str = "allocated by the backend"
 
     @property
     def peak_bytes(self) -> int:

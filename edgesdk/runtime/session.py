@@ -11,6 +11,7 @@ from ..graph import Graph
 from ..loader import load_model
 from ..onnx_import import InputShapes
 from ..passes import optimize as optimize_graph
+from ..profile.records import ProfileReport
 from .plan import make_plan
 
 
@@ -67,13 +68,10 @@ class Session:
         results = self._impl.run(checked)
         return {name: results[name] for name in wanted}
 
-    def profile(self, feeds: Mapping[str, np.ndarray]) -> Any:
-        """Run once with per-op timing, placement and memory, on backends that profile (opencl);
-        returns the backend's report (a dataclass with ``to_dict()``)."""
-        profiler = getattr(self._impl, "profile", None)
-        if profiler is None:
-            raise BackendUnavailableError(f"backend {self.backend!r} has no per-op profiler; use backend='opencl'")
-        return profiler(self._check_feeds(feeds))
+    def profile(self, feeds: Mapping[str, np.ndarray]) -> ProfileReport:
+        """Run once with per-op timing, placement and memory; the outputs are in ``report.outputs``.
+        For repeated runs, statistics, sensors and reports see :func:`edgesdk.profile.profile_session`."""
+        return self._impl.profile(self._check_feeds(feeds))
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):

@@ -1,13 +1,18 @@
 """CPUBackend: the native kernels of ``edgesdk._native`` behind the Backend interface."""
 from __future__ import annotations
 
+import functools
 import importlib
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from ...errors import BackendUnavailableError, UnsupportedOperatorError
+from ...native import cpu_features
+from ...profile.records import MemoryReport, OpRecord, ProfileReport
+from ...runtime.cost import op_label
 from ...runtime.plan import ExecutionPlan
 from ...runtime.precision import PRECISIONS
 from ..base import Backend
@@ -24,6 +29,7 @@ class StepInfo:
     op: str
     placement: str  # native | numpy | view | reference
     note: str
+    written_bytes: int = 0  # arena bytes the step writes: its outputs and its scratch
 
 
 class CPUBackend(Backend):
@@ -62,20 +68,66 @@ class CPUBackend(Backend):
                 raise UnsupportedOperatorError(step.node.op, step.node.name, sorted(self.supported_ops()))
             lower(step.node, builder)
         outputs = {name: builder.keep_alive(name) for name in graph.outputs}
-        self.arena_bytes = assign_offsets(builder.buffers())
+        buffers = builder.buffers()
+        self.arena_bytes = assign_offsets(buffers)
+        self._unplanned_bytes = sum(b.nbytes for b in buffers)
         self._arena = aligned_empty(self.arena_bytes)
         views = Views(self._arena)
-        self.steps = tuple(StepInfo(s.node, s.op, s.placement, s.note) for s in builder.steps)
+        self.steps = tuple(StepInfo(s.node, s.op, s.placement, s.note, sum(b.nbytes for b in s.writes))
+                           for s in builder.steps)
         self._runners = [s.binder(views) for s in builder.steps if s.placement != "view"]
         self._inputs = [(name, views[slot]) for name, slot in builder.inputs.items()]
         self._outputs = [(name, _output_reader(views, slot)) for name, slot in outputs.items()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._execute(feeds, self._runners)
+
+    def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
+        """Run once, timing each prepared step on the host: every node and every layout
+        conversion the backend inserted (views take no time)."""
+        seconds = [0.0] * len(self._runners)
+        timed = [_timed(runner, seconds, i) for i, runner in enumerate(self._runners)]
+        start = time.perf_counter()
+        outputs = self._execute(feeds, timed)
+        wall_ms = (time.perf_counter() - start) * 1e3
+        graph = self.plan.graph
+        nodes = {node.name: node for node in graph.nodes}
+        spent = iter(seconds)
+        records = []
+        for step in self.steps:
+            node = nodes.get(step.node)  # None for a layout conversion
+            records.append(OpRecord(
+                node=step.node or step.note, op=op_label(node) if node else step.op, placement=step.placement,
+                kernels=(), device_ms=0.0, host_ms=0.0 if step.placement == "view" else next(spent) * 1e3,
+                output_bytes=step.written_bytes,
+                weight_bytes=sum(graph.tensors[i].stored_nbytes for i in node.inputs
+                                 if i and graph.tensors[i].is_constant) if node else 0,
+                scratch_bytes=0, note=step.note))
+        return ProfileReport(self.device_label, self.precision, "arena", wall_ms, tuple(records),
+                             self.memory_report, outputs)
+
+    def _execute(self, feeds: dict[str, np.ndarray], runners: list[Callable[[], None]]) -> dict[str, np.ndarray]:
+        """The run loop over ``runners``: the prepared steps, or timed wrappers of them (profile)."""
         for name, buffer in self._inputs:
             np.copyto(buffer, feeds[name])
-        for runner in self._runners:
+        for runner in runners:
             runner()
         return {name: read() for name, read in self._outputs}
+
+    @property
+    def device_label(self) -> str:
+        threads = f"{self.thread_count} thread{'s' if self.thread_count != 1 else ''}"
+        return f"{cpu_features().model} ({self.isa} kernels, {threads})"
+
+    @functools.cached_property
+    def memory_report(self) -> MemoryReport:
+        graph = self.plan.graph
+        return MemoryReport(
+            arena_bytes=self.arena_bytes, unplanned_activation_bytes=self._unplanned_bytes,
+            io_bytes=sum(graph.tensors[name].nbytes for name in graph.outputs),
+            weight_bytes=sum(t.stored_nbytes for t in graph.constants()), zero_copy=False,
+            source="arena as planned (inputs and scratch included) + output copies + weights as the "
+                   "model stores them (the packed copies are not counted)")
 
     # -- introspection ----------------------------------------------------------------------------
     @property
@@ -90,6 +142,15 @@ class CPUBackend(Backend):
     def describe(self) -> list[dict[str, str]]:
         """One record per prepared step, conversions included."""
         return [{"node": s.node, "op": s.op, "placement": s.placement, "note": s.note} for s in self.steps]
+
+
+def _timed(runner: Callable[[], None], seconds: list[float], index: int) -> Callable[[], None]:
+    """``runner`` that also stores its duration in ``seconds[index]``."""
+    def run() -> None:
+        start = time.perf_counter()
+        runner()
+        seconds[index] = time.perf_counter() - start
+    return run
 
 
 def _output_reader(views: Views, slot: Slot) -> Callable[[], np.ndarray]:

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 
 import numpy as np
 
+from ...profile.records import MemoryReport, OpRecord, ProfileReport
+from ...runtime.cost import op_label
 from ...runtime.plan import ExecutionPlan
 from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
 from ..base import Backend
@@ -28,10 +31,31 @@ class ReferenceBackend(Backend):
         self._constants = {t.name: round_to_storage(t.data, precision) for t in graph.constants()}
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._execute(feeds)
+
+    def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
+        """Run once, timing each node on the host (there is no device: ``device_ms`` is 0)."""
+        seconds: list[float] = []
+        start = time.perf_counter()
+        outputs = self._execute(feeds, seconds)
+        wall_ms = (time.perf_counter() - start) * 1e3
+        tensors = self.plan.graph.tensors
+        records = tuple(OpRecord(
+            node=step.node.name, op=op_label(step.node), placement="reference", kernels=(), device_ms=0.0,
+            host_ms=spent * 1e3, output_bytes=sum(tensors[o].nbytes for o in step.node.outputs if o),
+            weight_bytes=sum(self._constants[i].nbytes for i in step.node.inputs if i in self._constants),
+            scratch_bytes=0) for step, spent in zip(self.plan.steps, seconds))
+        return ProfileReport(f"numpy {np.__version__} on the host CPU", self.precision, "numpy", wall_ms, records,
+                             self._memory_estimate, outputs)
+
+    def _execute(self, feeds: dict[str, np.ndarray], step_seconds: list[float] | None = None
+                 ) -> dict[str, np.ndarray]:
+        """The run loop; given ``step_seconds`` it appends each step's host time (for profile)."""
         env = dict(self._constants)
         env.update((k, round_to_storage(v, self.precision)) for k, v in feeds.items())
         with self._thread_limit():
             for step in self.plan.steps:
+                start = time.perf_counter() if step_seconds is not None else 0.0
                 node = step.node
                 outputs = evaluate(node, [env[name] if name else None for name in node.inputs])
                 keep_fp32 = node.op in FP32_ONLY_OPS
@@ -40,7 +64,21 @@ class ReferenceBackend(Backend):
                         env[name] = value if keep_fp32 else round_to_storage(value, self.precision)
                 for name in step.release:
                     del env[name]
+                if step_seconds is not None:
+                    step_seconds.append(time.perf_counter() - start)
         return {name: np.asarray(env[name]) for name in self.plan.graph.outputs}
+
+    @functools.cached_property
+    def _memory_estimate(self) -> MemoryReport:
+        # numpy allocates per op, so there is no arena: the plan's peak of live activations
+        # (graph inputs and outputs included, hence io_bytes 0) stands in for it.
+        graph = self.plan.graph
+        activations = set(graph.inputs) | {o for step in self.plan.steps for o in step.node.outputs if o}
+        return MemoryReport(arena_bytes=self.plan.peak_activation_bytes,
+                            unplanned_activation_bytes=sum(graph.tensors[n].nbytes for n in activations),
+                            io_bytes=0, weight_bytes=sum(c.nbytes for c in self._constants.values()),
+                            zero_copy=False, source="estimate: peak live activations of the plan (numpy "
+                            "temporaries inside ops not counted) + decoded weights")
 
     def _thread_limit(self):
         if self.threads is None:
