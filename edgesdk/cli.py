@@ -9,7 +9,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -17,6 +16,7 @@ import numpy as np
 
 from . import __version__
 from .errors import EdgeSDKError, InputError
+from .fileio import atomic_path
 
 EXIT_USAGE = 2
 
@@ -41,15 +41,8 @@ def _parse_input_shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Write through a temp file in the same folder, then rename: no half-written outputs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        write(tmp)
 
 
 def _emit_json(obj: Any) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import numbers
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
@@ -14,6 +13,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import PackageError
+from ..fileio import atomic_path
 from ..graph import Graph, Node, Tensor
 from ..runtime.activations import Activation
 from .fb import Accuracy as fb_accuracy
@@ -73,21 +73,14 @@ def save_package(graph: Graph, path: str | os.PathLike, *, metadata: dict[str, A
 def _write_atomically(path: Path, write: Callable[[IO[bytes]], bytes]) -> bytes:
     """Write a temp file beside ``path``, then rename it over: readers see the old file or the new
     one, never half of one, and an interrupted pack leaves nothing behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "xb") as f:  # new file: O_EXCL, and the umask applies as for any file
+        with atomic_path(path, fsync=False) as tmp, open(tmp, "r+b") as f:
             result = write(f)
             f.flush()
             os.fsync(f.fileno())  # the data must be on disk before the rename makes it visible
-        os.replace(tmp, path)
         return result
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise PackageError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _write(f: IO[bytes], header: Header, fb: bytes, arrays: list[tuple[int, np.ndarray]],

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..fileio import atomic_write_text
 from . import charts
 from .collect import SCHEMA as RUN_SCHEMA
 from .latency import format_ms
@@ -361,5 +362,4 @@ def _finite(value: Any) -> Any:
 
 
 def _write_text(path: Path, text: str) -> None:
-    from ..cli import _atomic_write  # the CLI's temp-file-and-rename writer (imported late: cli is a top layer)
-    _atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write_text(path, text)

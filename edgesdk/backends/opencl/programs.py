@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from ...errors import BackendUnavailableError
+from ...fileio import atomic_write_bytes
 from .device import Device, _cl
 
 log = logging.getLogger("edgesdk.opencl")
@@ -142,15 +142,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     if not data:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        atomic_write_bytes(path, data, fsync=False)  # a lost cache file costs a rebuild
     except OSError as exc:
         log.info("cannot write the OpenCL binary cache %s: %s", path, exc)
 
