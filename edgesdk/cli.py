@@ -171,7 +171,7 @@ def _print_package_metadata(meta: dict, graph_metadata: dict) -> None:
 
 
 # -- run -------------------------------------------------------------------------------------
-def _load_feeds(args: argparse.Namespace, sess) -> dict[str, np.ndarray]:
+def load_feeds(args: argparse.Namespace, sess) -> dict[str, np.ndarray]:
     if args.random:
         rng = np.random.default_rng(args.seed)
         return {n: rng.standard_normal(s).astype(np.float32) for n, s in sess.input_shapes.items()}
@@ -195,7 +195,7 @@ def _load_feeds(args: argparse.Namespace, sess) -> dict[str, np.ndarray]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     sess = _session(args)
-    outputs = sess.run(_load_feeds(args, sess))
+    outputs = sess.run(load_feeds(args, sess))
     if args.output:
         out = Path(args.output)
         _atomic_write(out, lambda tmp: _save_npz(tmp, outputs))
@@ -462,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quickstart", parents=[common], help="the embedded default model end to end")
     p.set_defaults(func=cmd_quickstart)
 
+    from .remote.cli import add_remote_parser
+    add_remote_parser(sub, common)
     return parser
 
 

@@ -44,3 +44,35 @@ class DatasetError(EdgeSDKError):
 
 class PackageError(EdgeSDKError):
     """An .edgepkg package cannot be written, or is truncated, corrupt or of another format version."""
+
+
+class RemoteError(EdgeSDKError):
+    """Working with a board over SSH failed (``edgesdk remote``). The CLI prefixes the target."""
+
+
+class TargetConfigError(RemoteError):
+    """A target (inventory entry, ``ssh://`` URL or ~/.ssh/config entry) is missing or invalid."""
+
+
+class HostKeyError(RemoteError):
+    """The board's host key is unknown or differs from known_hosts; nothing was sent to it."""
+
+
+class RemoteConnectionError(RemoteError):
+    """The board cannot be reached: refused, unresolvable, timed out, or the connection dropped."""
+
+
+class AuthenticationError(RemoteError):
+    """The board refused every key offered (identity file, ssh-agent, default keys)."""
+
+
+class RemoteCommandError(RemoteError):
+    """A command on the board failed, timed out or was interrupted."""
+
+
+class TransferError(RemoteError):
+    """A file could not be copied to or from the board (no space, read-only, connection cut)."""
+
+
+class ProvisionError(RemoteError):
+    """The SDK could not be installed on the board (no python, no venv/pip, pip failed)."""

@@ -59,9 +59,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         raise
     if args.json:
         _emit_json({"out_dir": str(out), "files": {k: str(v) for k, v in files.items()},
-                    "comparison": compare_runs(runs), "runs": [_run_summary(run, args.top) for run in runs]})
+                    "comparison": compare_runs(runs), "runs": [run_summary(run, args.top) for run in runs]})
     else:
-        _print_summary(args.model, runs, files, args.top)
+        print_summary(args.model, runs, files, args.top)
     return 0
 
 
@@ -73,14 +73,14 @@ def _slowest(run: dict[str, Any], top: int) -> list[dict[str, Any]]:
     return sorted(run["ops"], key=lambda op: -op["median_ms"])[:max(top, 0)]
 
 
-def _run_summary(run: dict[str, Any], top: int) -> dict[str, Any]:
+def run_summary(run: dict[str, Any], top: int) -> dict[str, Any]:
     latency = {k: v for k, v in run["latency"].items() if k != "samples_ms"}
     return {"label": run["label"], "backend": run["backend"], "precision": run["precision"], "device": run["device"],
             "latency": latency, "placements": run["placements"], "peak_memory_bytes": run["memory"]["peak_bytes"],
             "energy": run["energy"], "slowest_ops": _slowest(run, top), "notes": run["notes"]}
 
 
-def _print_summary(model: str, runs: list[dict[str, Any]], files: dict[str, Path], top: int) -> None:
+def print_summary(model: str, runs: list[dict[str, Any]], files: dict[str, Path], top: int) -> None:
     from ..cli import _table
     first = runs[0]
     print(f"{model}: {len(runs)} run{'s' if len(runs) != 1 else ''}, each {first['warmup']} warm-up, "

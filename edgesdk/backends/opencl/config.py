@@ -19,10 +19,11 @@ from typing import Any
 import yaml
 
 from ...errors import EdgeSDKError
+from ...resources import data_dir
 from .device import DeviceInfo
 
 CONFIG_ENV = "EDGESDK_OPENCL_CONFIG"
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "device_configs"
+CONFIG_DIR = data_dir("device_configs")
 
 KERNEL_NAMES = ("conv_gemm", "conv_oc", "conv_direct", "depthwise", "gemm_nt", "matmul", "eltwise", "pool",
                 "reduce", "softmax")

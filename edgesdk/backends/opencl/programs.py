@@ -19,11 +19,12 @@ from typing import Any, Mapping
 
 from ...errors import BackendUnavailableError
 from ...fileio import atomic_write_bytes
+from ...resources import data_dir
 from .device import Device, _cl
 
 log = logging.getLogger("edgesdk.opencl")
 
-KERNEL_DIR = Path(__file__).resolve().parents[3] / "cl_kernels"
+KERNEL_DIR = data_dir("cl_kernels")
 CACHE_ENV = "EDGESDK_CACHE_DIR"
 _COMMON = "common.cl"
 # -cl-mad-enable lets the compiler fuse a*b+c; fast-relaxed-math is *not* used: it changes
