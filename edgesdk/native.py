@@ -29,11 +29,13 @@ class CpuFeatures:
     flags: Mapping[str, bool] = field(hash=False)
 
     def isa_path(self) -> str:
-        """The kernel family the native dispatch picks on these features: avx512, avx2, neon or
-        scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``: AVX-512 needs F, BW, VL and DQ
-        plus FMA and F16C, AVX2 needs FMA and F16C, NEON is plain AArch64 Advanced SIMD (there is
-        no separate fp16-arithmetic family). EDGESDK_CPU_ISA can force a lower level; see
-        :func:`active_isa` for what this process actually runs."""
+        """The kernel family the native dispatch picks on these features: avx512, avx2,
+        neonfp16, neon or scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``: AVX-512 needs
+        F, BW, VL and DQ plus FMA and F16C, AVX2 needs FMA and F16C, NEON is plain AArch64
+        Advanced SIMD, and neonfp16 is NEON plus the ARMv8.2-A fp16 arithmetic (flag ``fp16``:
+        HWCAP fphp + asimdhp), whose fp16-product / fp32-sum kernels fp16 sessions use for
+        convolutions and GEMMs (fp32 sessions run the NEON kernels on it). EDGESDK_CPU_ISA can
+        force a lower level; see :func:`active_isa` for what this process actually runs."""
         def has(*names: str) -> bool:
             return all(self.flags.get(name, False) for name in names)
 
@@ -41,6 +43,8 @@ class CpuFeatures:
             return "avx512"
         if has("avx2", "fma", "f16c"):
             return "avx2"
+        if has("neon", "fp16"):
+            return "neonfp16"
         if has("neon"):
             return "neon"
         return "scalar"

@@ -24,7 +24,7 @@ X86_FLAGS = {
     "sse4_2", "popcnt", "bmi2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512dq",
     "avx512cd", "avx512bw", "avx512vl", "avx512vnni", "avx512vpopcntdq",
 }
-ARM_FLAGS = {"neon", "fp16", "dotprod", "i8mm", "bf16", "sve"}
+ARM_FLAGS = {"neon", "fp16", "fhm", "dotprod", "i8mm", "bf16", "sve"}
 # /proc/cpuinfo "flags" spelling -> ours, where they differ.
 CPUINFO_NAMES = {"avx512_vnni": "avx512vnni", "avx512_vpopcntdq": "avx512vpopcntdq"}
 
@@ -111,7 +111,9 @@ def aarch64_driver(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     ("cpu", "expected"),
     [
-        ("max", {"neon": True, "fp16": True, "dotprod": True}),
+        ("max", {"neon": True, "fp16": True, "fhm": True, "dotprod": True}),
+        # Armv8.2 with FEAT_FP16 but no FEAT_FHM.
+        ("cortex-a76", {"neon": True, "fp16": True, "fhm": False}),
         # Armv8.0: Advanced SIMD only.
         ("cortex-a53", {name: name == "neon" for name in ARM_FLAGS}),
     ],
@@ -136,7 +138,7 @@ def test_aarch64_flags_under_qemu(aarch64_driver, cpu, expected):
           "f16c": True}, "avx2"),
         ({"avx512f": True, "avx512bw": False, "avx512vl": True, "avx2": True, "fma": True, "f16c": True}, "avx2"),
         ({"avx2": True, "fma": True, "f16c": False}, "scalar"),
-        ({"neon": True, "fp16": True, "dotprod": True}, "neon"),  # no separate fp16-arithmetic family
+        ({"neon": True, "fp16": True, "dotprod": True}, "neonfp16"),  # fp16 arithmetic (FHM not needed)
         ({"neon": True, "fp16": False}, "neon"),
         ({}, "scalar"),
     ],

@@ -1,6 +1,7 @@
 """The C++ kernel library (cpu_native/src/kernels) checked by its standalone driver
 (cpu_native/tests/kernel_tests.cc) against the scalar references: natively with every ISA level
-this CPU runs forced in turn, and cross-compiled for aarch64 under qemu-aarch64 (NEON)."""
+this CPU runs forced in turn, and cross-compiled for aarch64 under qemu-aarch64 (NEON, and the
+ARMv8.2-A fp16-arithmetic kernels of the neonfp16 level on emulated CPUs that have FEAT_FP16)."""
 from __future__ import annotations
 
 import hashlib
@@ -27,6 +28,8 @@ DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather"}
+# Levels with fp16-arithmetic kernels (neonfp16) also check these.
+F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "gemm_scalar.cc", "reference_scalar.cc"]
 # Per-file ISA flags, as in CMakeLists.txt: SIMD code only ever runs after runtime dispatch.
 X86_SIMD = {
@@ -35,7 +38,9 @@ X86_SIMD = {
     "gemm_avx512.cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
     "vector_kernels_avx512.cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
 }
-ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": []}
+ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [],
+            # the ARMv8.2-A fp16-arithmetic kernels (neonfp16 level), these files only
+            "gemm_neonfp16.cc": ["-march=armv8.2-a+fp16"], "depthwise_neonfp16.cc": ["-march=armv8.2-a+fp16"]}
 
 X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
 
@@ -51,11 +56,25 @@ def _sources_digest(cxx: str, simd: dict[str, list[str]]) -> str:
 
 def build_driver(cxx: str, simd: dict[str, list[str]], extra: list[str], tag: str) -> Path:
     """Compiles the driver (objects in parallel, two at a time) into the test cache, keyed by a
-    digest of every source so an unchanged tree is not rebuilt."""
+    digest of every source so an unchanged tree is not rebuilt. One build per tag at a time: a
+    second pytest-xdist worker waits for the first and reuses its binary (two concurrent builds
+    wrote the same objects, and a link could still hold the file another worker executed: ETXTBSY)."""
+    import fcntl  # POSIX only, like every caller (x86-64 Linux)
+
     out_dir = CACHE / f"{tag}-{_sources_digest(cxx, simd)}"
     exe = out_dir / "kernel_tests"
     if exe.exists():
         return exe
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{tag}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not exe.exists():
+            _build_driver_locked(cxx, simd, extra, tag, out_dir, exe)
+    return exe
+
+
+def _build_driver_locked(cxx: str, simd: dict[str, list[str]], extra: list[str], tag: str, out_dir: Path,
+                         exe: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in CACHE.glob(f"{tag}-*"):  # builds of older sources
         if stale != out_dir:
@@ -78,7 +97,6 @@ def build_driver(cxx: str, simd: dict[str, list[str]], extra: list[str], tag: st
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr}"
     os.replace(tmp, exe)  # atomic: a parallel worker never sees a half-written binary
-    return exe
 
 
 def run_driver(*cmd: object, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -91,11 +109,11 @@ def verdicts(output: str) -> dict[tuple[str, str], str]:
     return {(fam, isa): status for status, fam, isa in re.findall(r"^(PASS|FAIL) (\w+) (\S+)", output, re.M)}
 
 
-def assert_all_families_pass(output: str, isa: str) -> None:
+def assert_all_families_pass(output: str, isa: str, families: set[str] = FAMILIES) -> None:
     got = verdicts(output)
     failures = [line for line in output.splitlines() if line.startswith("FAIL")]
     assert not failures, "kernel mismatches:\n" + "\n".join(failures)
-    missing = {fam for fam in FAMILIES if got.get((fam, isa)) != "PASS"}
+    missing = {fam for fam in families if got.get((fam, isa)) != "PASS"}
     assert not missing, f"families not reported checked for {isa}: {sorted(missing)}\n{output}"
     assert got.get(("thread_pool", "any")) == "PASS", output
 
@@ -152,17 +170,48 @@ def aarch64_driver() -> Path:
     return build_driver(cxx, ARM_SIMD, ["-static"], "aarch64")
 
 
-@pytest.mark.skipif(not X86_LINUX, reason="cross-compiles from an x86-64 Linux host")
-@pytest.mark.parametrize("cpu", ["max", "cortex-a53"])
-def test_neon_kernels_under_qemu(aarch64_driver, cpu):
+def require_qemu_cpu(cpu: str) -> str:
     qemu = require_tool("qemu-aarch64", INSTALL_HINT)
     listed = subprocess.run([qemu, "-cpu", "help"], capture_output=True, text=True).stdout.split()
     assert cpu in listed, f"this qemu-aarch64 does not emulate {cpu}: {INSTALL_HINT}"
+    return qemu
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="cross-compiles from an x86-64 Linux host")
+@pytest.mark.parametrize(("cpu", "isas"), [
+    # FEAT_FP16 and FHM: every level, neonfp16 included.
+    ("max", ["scalar", "neon", "neonfp16"]),
+    # Plain ARMv8.0: no fp16 arithmetic, so no neonfp16 level and no f16 family run.
+    ("cortex-a53", ["scalar", "neon"]),
+])
+def test_neon_kernels_under_qemu(aarch64_driver, cpu, isas):
+    qemu = require_qemu_cpu(cpu)
     code, out = run_driver(qemu, "-cpu", cpu, aarch64_driver)
     assert code == 0, out
-    assert re.search(r"^supported isas: scalar neon$", out, re.M), out
-    assert_all_families_pass(out, "neon")
-    assert_all_families_pass(out, "scalar")
+    assert re.search(rf"^supported isas: {' '.join(isas)}$", out, re.M), out
+    assert re.search(rf"^checked isas: {' '.join(isas)}$", out, re.M), out
+    for isa in isas:
+        assert_all_families_pass(out, isa, FAMILIES | (F16_FAMILIES if isa == "neonfp16" else set()))
+    f16_checked = {isa for (fam, isa) in verdicts(out) if fam in F16_FAMILIES}
+    assert f16_checked == ({"neonfp16"} & set(isas)), out
+    if "neonfp16" not in isas:  # forcing it fails cleanly instead of running into SIGILL
+        env = {**os.environ, "EDGESDK_CPU_ISA": "neonfp16"}
+        code, out = run_driver(qemu, "-cpu", cpu, aarch64_driver, env=env)
+        assert code == 2 and "FAIL setup neonfp16 this CPU cannot run the neonfp16 kernels" in out, out
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="cross-compiles from an x86-64 Linux host")
+def test_neonfp16_kernels_need_no_fhm(aarch64_driver):
+    """Cortex-A76 (as Neoverse N1, A55, A75, A77, A78) has FEAT_FP16 but not FEAT_FHM (FMLAL): the
+    neonfp16 level must be chosen there and its kernels must not use FHM instructions (qemu raises
+    SIGILL on an instruction the emulated CPU lacks)."""
+    qemu = require_qemu_cpu("cortex-a76")
+    env = {**os.environ, "EDGESDK_CPU_ISA": "neonfp16"}
+    code, out = run_driver(qemu, "-cpu", "cortex-a76", aarch64_driver, env=env)
+    assert code == 0, out
+    assert re.search(r"^supported isas: scalar neon neonfp16$", out, re.M), out
+    assert re.search(r"^checked isas: neonfp16$", out, re.M), out
+    assert_all_families_pass(out, "neonfp16", FAMILIES | F16_FAMILIES)
 
 
 # ---- the Python bindings (edgesdk._native.kernels) ------------------------------------------------
@@ -255,6 +304,30 @@ def test_bindings_clustered_and_nnm(kernels):
     kernels.nnm_gather(cent, assign, None, out)
     want = sum(cent[..., g * 4 + assign[g]] for g in range(3))
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def test_bindings_fp16_arith_only_where_the_table_has_it(kernels):
+    """pack_gemm(fp16_arith=True) packs for the fp16-arithmetic kernel on levels that have one
+    (neonfp16) and falls back to fp16 weights in fp32 arithmetic elsewhere; the same for
+    depthwise_conv(fp16_arith=True)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((9, 40), dtype=np.float32)
+    w = rng.standard_normal((21, 40), dtype=np.float32)
+    packed = kernels.pack_gemm(w.astype(np.float16), None, fp16=True, fp16_arith=True)
+    arith = kernels.active_isa() == "neonfp16"
+    assert packed.fp16 and packed.fp16_arith == arith
+    assert not kernels.pack_gemm(w, None, fp16=False, fp16_arith=True).fp16_arith  # fp32 weights: never
+    out = np.empty((9, 21), np.float32)
+    kernels.gemm(a, packed, out)
+    a_used = a.astype(np.float16).astype(np.float32) if arith else a
+    want = a_used @ w.astype(np.float16).astype(np.float32).T
+    np.testing.assert_allclose(out, want, rtol=2e-2 if arith else 1e-4, atol=2e-2 if arith else 1e-4)
+    x = rng.standard_normal((1, 6, 5, 7), dtype=np.float32)
+    dw = rng.standard_normal((3, 3, 7), dtype=np.float32).astype(np.float16).astype(np.float32)
+    y16, y32 = np.empty((1, 6, 5, 7), np.float32), np.empty((1, 6, 5, 7), np.float32)
+    kernels.depthwise_conv(x, dw, None, y16, pads=[1, 1, 1, 1], fp16_arith=True)
+    kernels.depthwise_conv(x, dw, None, y32, pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(y16, y32, rtol=1e-2 if arith else 0, atol=1e-2 if arith else 0)
 
 
 def test_bindings_isa_override(kernels):

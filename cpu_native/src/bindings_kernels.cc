@@ -106,7 +106,7 @@ void register_kernels(py::module_& m) {
   }, "ISA levels this CPU can run, lowest first.");
   km.def("active_isa", [] { return std::string(k::active_kernels().name); }, "The level kernels use by default.");
   km.def("set_isa", [](const std::string& name) { k::set_active_isa(k::parse_isa(name)); },
-         "Forces a level (scalar, avx2, avx512, neon) process-wide; raises if this CPU cannot run it.");
+         "Forces a level (scalar, avx2, avx512, neon, neonfp16) process-wide; raises if this CPU cannot run it.");
   km.def("reset_isa", &k::reset_active_isa, "Back to the best level (or EDGESDK_CPU_ISA).");
   km.def("hardware_threads", &k::hardware_threads);
 
@@ -115,10 +115,12 @@ void register_kernels(py::module_& m) {
       .def_property_readonly("k", [](const k::PackedGemmWeights& w) { return w.k; })
       .def_property_readonly("nr", [](const k::PackedGemmWeights& w) { return w.nr; })
       .def_property_readonly("fp16", [](const k::PackedGemmWeights& w) { return w.type == k::WeightType::F16; })
+      .def_property_readonly("fp16_arith", [](const k::PackedGemmWeights& w) { return w.f16_arith; },
+                             "Packed for the fp16-arithmetic kernel (fp16 activations and products, fp32 sums).")
       .def_property_readonly("isa", [](const k::PackedGemmWeights& w) { return std::string(w.table->name); });
 
   km.def("pack_gemm", [](const py::array& w, std::optional<py::array> bias, const std::string& layout, bool fp16,
-                         std::optional<std::string> isa) {
+                         std::optional<std::string> isa, bool fp16_arith) {
     if (w.ndim() != 2) throw py::value_error("w must be 2-D");
     if (layout != "nk" && layout != "kn") throw py::value_error("layout must be 'nk' or 'kn'");
     const bool nk = layout == "nk";
@@ -134,13 +136,16 @@ void register_kernels(py::module_& m) {
     if (w.dtype().kind() == 'f' && w.itemsize() == 2) {  // numpy float16: IEEE binary16 bits
       if (!(w.flags() & py::array::c_style)) throw py::value_error("w: must be C-contiguous");
       const auto* h = static_cast<const uint16_t*>(w.data());
-      return std::make_shared<k::PackedGemmWeights>(k::pack_gemm_weights_f16(h, n, kk, wl, b, type, t));
+      return std::make_shared<k::PackedGemmWeights>(k::pack_gemm_weights_f16(h, n, kk, wl, b, type, t, fp16_arith));
     }
-    return std::make_shared<k::PackedGemmWeights>(k::pack_gemm_weights(in_f32(w, "w"), n, kk, wl, b, type, t));
+    return std::make_shared<k::PackedGemmWeights>(
+        k::pack_gemm_weights(in_f32(w, "w"), n, kk, wl, b, type, t, fp16_arith));
   }, py::arg("w"), py::arg("bias") = py::none(), py::arg("layout") = "nk", py::arg("fp16") = false,
-     py::arg("isa") = py::none(),
+     py::arg("isa") = py::none(), py::arg("fp16_arith") = false,
      "Packs weights (float32, or float16 stored as fp16) given as N x K ('nk') or K x N ('kn') into "
-     "NR-wide panels, fp32 or fp16 (fp16=True).");
+     "NR-wide panels, fp32 or fp16 (fp16=True). fp16_arith=True (fp16 sessions) with fp16=True packs "
+     "for the level's fp16-arithmetic kernel where it has one (neonfp16): activations are then "
+     "rounded to fp16 and multiplied in half, with fp32 accumulation.");
 
   km.def("gemm", [](const py::array& a, const k::PackedGemmWeights& w, py::array& out, const std::string& act,
                     std::optional<float> alpha, std::optional<float> beta, size_t threads) {
@@ -185,7 +190,7 @@ void register_kernels(py::module_& m) {
   km.def("depthwise_conv", [](const py::array& x, const py::array& w, std::optional<py::array> bias, py::array& out,
                               std::pair<size_t, size_t> stride, std::pair<size_t, size_t> dilation,
                               std::vector<size_t> pads, const std::string& act, std::optional<float> alpha,
-                              std::optional<float> beta, size_t threads) {
+                              std::optional<float> beta, size_t threads, bool fp16_arith) {
     if (x.ndim() != 4 || w.ndim() != 3) throw py::value_error("x must be (N, H, W, C) and w (KH, KW, C*multiplier)");
     const auto xs = shape_of(x), ws = shape_of(w);
     if (ws[2] % xs[3] != 0) throw py::value_error("w's last dim must be a multiple of C");
@@ -204,10 +209,12 @@ void register_kernels(py::module_& m) {
     float* op = out_f32(out, "out");
     const k::Activation ac = make_act(act, alpha, beta);
     py::gil_scoped_release release;
-    k::depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, b, op, ac, threads);
+    k::depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, b, op, ac, threads, nullptr, fp16_arith);
   }, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("out"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
      py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
-     ACT_ARGS, py::arg("threads") = 1, "NHWC depthwise convolution, w (KH, KW, C*multiplier).");
+     ACT_ARGS, py::arg("threads") = 1, py::arg("fp16_arith") = false,
+     "NHWC depthwise convolution, w (KH, KW, C*multiplier). fp16_arith=True (fp16 sessions) runs the "
+     "level's fp16-arithmetic kernel where it has one (neonfp16).");
 
   auto pool = [](k::PoolKind kind) {
     return [kind](const py::array& x, py::array& out, std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,

@@ -114,6 +114,9 @@ std::vector<std::pair<std::string, bool>> x86_flags() {
 #ifndef HWCAP_SVE
 #define HWCAP_SVE (1UL << 22)
 #endif
+#ifndef HWCAP_ASIMDFHM
+#define HWCAP_ASIMDFHM (1UL << 23)
+#endif
 #ifndef HWCAP2_I8MM
 #define HWCAP2_I8MM (1UL << 13)
 #endif
@@ -131,6 +134,7 @@ std::vector<std::pair<std::string, bool>> arm_flags() {
   return {
       {"neon", has(hw, HWCAP_ASIMD)},
       {"fp16", has(hw, HWCAP_FPHP | HWCAP_ASIMDHP)},  // scalar and vector fp16 arithmetic
+      {"fhm", has(hw, HWCAP_ASIMDFHM)},                // FMLAL/FMLSL: fp16 products into fp32
       {"dotprod", has(hw, HWCAP_ASIMDDP)},
       {"i8mm", has(hw2, HWCAP2_I8MM)},
       {"bf16", has(hw2, HWCAP2_BF16)},

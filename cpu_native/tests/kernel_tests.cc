@@ -1,7 +1,9 @@
 // Standalone kernel test driver (no Python, no test framework): checks every kernel family of
 // every ISA level this CPU can run (or only the one named by --isa / EDGESDK_CPU_ISA) against
 // independent naive references (GEMM, convolution, clustered, NNM) and against the scalar
-// kernels (the other families), on odd sizes and tails. Prints one line per family and ISA:
+// kernels (the other families), on odd sizes and tails; levels with fp16-arithmetic kernels
+// (neonfp16) also run f16_gemm, f16_conv and f16_depthwise against a scalar model of their
+// rounding (and print an INFO line with their drift on K = 4608). Prints one line per family and ISA:
 //   PASS <family> <isa> <cases>      or      FAIL <family> <isa> <first mismatch>
 // then "checked isas: ..." and exits 1 on any mismatch. Options: --isa NAME, --seed N. Built natively and for aarch64 (run
 // under qemu-aarch64) by tests/test_native_kernels.py.
@@ -517,6 +519,319 @@ void test_nnm(const KernelTable& t) {
   report(fam);
 }
 
+// ---- fp16 arithmetic (tables with igemm_f16: neonfp16) ----------------------------------------
+// Two checks per output. (1) Against a scalar model of the kernels' own rounding sequence
+// (ukernels.h, F16IgemmUkernel): fp16 fused multiply-adds into an fp16 accumulator, widened and
+// added in fp32 after every kF16KBlock products of the flattened K (kernel position major,
+// channel minor, padding taps included for the indirect GEMM; in-bounds taps in (ky, kx) order for
+// depthwise) and at the end, starting from the fp32 bias. The model reproduces every rounding, so
+// the kernels match it to the last bit up to the activation: the same rtol 1e-5 (with the same
+// floor) as the fp32 families, which only covers the vector activation polynomials.
+// (2) Against the exact result of the fp16-rounded operands (fp64 accumulation), within the
+// rounding-error bound of that scheme (recursive summation, Higham 2002 Thm 4.4 with u = 2^-11 for
+// binary16, 2^-24 for binary32): |err| <= (gamma16(KB) + gamma32(K/KB + 2)) * sum|a*w| plus
+// K * 2^-25 for fp16 subnormal products, times 1.5 for the steepest activation (hardswish).
+// This one does not trust the model and bounds the drift the block size allows.
+
+// x rounded to the nearest binary16 value, ties to even, overflow to inf; from a double so that a
+// fused multiply-add a*b + c of halves, exact in double, is rounded once.
+double pow2(int e) {  // 2^e for -1022 <= e <= 1023, exact
+  const uint64_t bits = static_cast<uint64_t>(e + 1023) << 52;
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+double round_half(double x) {
+  if (x == 0.0 || !std::isfinite(x)) return x;
+  uint64_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const int e = static_cast<int>((bits >> 52) & 0x7FF) - 1022;  // |x| in [2^(e-1), 2^e) (x is normal here)
+  const int q = std::max(e - 11, -24);                           // 11 significant bits; subnormal quantum 2^-24
+  const double r = std::nearbyint(x * pow2(-q)) * pow2(q);        // scaling by powers of two is exact
+  return std::fabs(r) > 65504.0 ? std::copysign(HUGE_VAL, r) : r;
+}
+
+// One output of the fp16-arithmetic scheme over n products a[i] * w[i] (operands already halves).
+struct F16Dot {
+  double h = 0.0;  // the fp16 accumulator (always a binary16 value)
+  float acc;       // fp32 accumulator
+  size_t pending = 0;
+  explicit F16Dot(float bias) : acc(bias) {}
+  void add(double a, double w) {
+    h = round_half(a * w + h);
+    if (++pending == kF16KBlock) flush();
+  }
+  void flush() {
+    acc += static_cast<float>(h);
+    h = 0.0;
+    pending = 0;
+  }
+  float result() {
+    if (pending != 0) flush();
+    return acc;
+  }
+};
+
+// Checks got[i] against the model (want) and the bound around the exact value.
+void check_f16(Family& fam, const std::string& what, const std::vector<float>& got, const std::vector<double>& model,
+               const std::vector<double>& exact, const std::vector<double>& mag, size_t k) {
+  const double u16 = std::ldexp(1.0, -11), u32 = std::ldexp(1.0, -24);
+  const double kb = static_cast<double>(kF16KBlock), blocks = static_cast<double>(k) / kb + 2.0;
+  const double g16 = kb * u16 / (1.0 - kb * u16), g32 = blocks * u32 / (1.0 - blocks * u32);
+  std::vector<double> floor(got.size()), bound(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    floor[i] = mag[i] / std::sqrt(static_cast<double>(k)) + 1e-3;
+    bound[i] = 1.5 * ((g16 + g32) * mag[i] + static_cast<double>(k) * std::ldexp(1.0, -25)) +
+               1e-5 * (std::fabs(exact[i]) + floor[i]);
+  }
+  if (!fam.check(what + " vs model", got.data(), model.data(), got.size(), 1e-5, floor.data())) return;
+  ++fam.cases;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - exact[i]) <= bound[i])) {
+      if (fam.failure.empty()) {
+        char buf[512];
+        std::snprintf(buf, sizeof buf, "%s: element %zu got %.9g exact %.9g beyond the fp16-block bound %.3g",
+                      what.c_str(), i, got[i], exact[i], bound[i]);
+        fam.failure = buf;
+      }
+      return;
+    }
+  }
+}
+
+std::vector<float> halves_of(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = round_fp16(v[i]);
+  return out;
+}
+
+// Operand scales: typical, tiny (products ~1e-6 to 1e-5, in or near the fp16 subnormal range) and
+// large (products up to ~1e3: block sums well inside fp16 range, K sums beyond it).
+const float kF16Scales[][2] = {{1.0f, 1.0f}, {1e-2f, 1e-3f}, {40.0f, 25.0f}};
+
+void test_f16_gemm(const KernelTable& t) {
+  reseed();
+  Family fam{"f16_gemm", t.name};
+  // m: GEMV, a partial tile, one tile, two, many, two row blocks; k = 1300 with m > 4 is cut into
+  // K blocks (multiples of kF16KBlock).
+  const size_t ms[] = {1, 3, 4, 5, 17, 66};
+  const size_t ns[] = {1, 15, 16, 17, 33};
+  const size_t ks[] = {1, 3, 8, 15, 16, 17, 33, 300, 1300};
+  size_t index = 0;
+  for (size_t m : ms)
+    for (size_t n : ns)
+      for (size_t k : ks) {
+        ++index;
+        if (m * n * k > 100000 && index % 4 != 0) continue;  // big ones: a quarter of them (qemu time)
+        const Activation act = kActs[index % kActCount];
+        const bool kn = index % 5 == 0;
+        const size_t threads = 1 + index % 2;
+        const float* scale = kF16Scales[index % 3];
+        auto a = random_vec(m * k, -scale[0], scale[0]), w = random_vec(n * k, -scale[1], scale[1]),
+             bias = random_vec(n);
+        std::vector<float> wk(n * k);
+        for (size_t i = 0; i < n; ++i)
+          for (size_t j = 0; j < k; ++j) wk[j * n + i] = w[i * k + j];
+        auto packed = pack_gemm_weights(kn ? wk.data() : w.data(), n, k, kn ? WeightLayout::KN : WeightLayout::NK,
+                                        bias.data(), WeightType::F16, &t, /*f16_arith=*/true);
+        const std::string what = "f16 gemm " + dims({m, n, k}) + " " + act_name(act.kind);
+        if (!packed.f16_arith || packed.nr != t.f16_gemm_nr) {
+          if (fam.failure.empty()) fam.failure = what + ": not packed for the fp16-arithmetic kernel";
+          continue;
+        }
+        const size_t ldc = n + 3;
+        std::vector<float> c(m * ldc, 7.0f);
+        gemm(a.data(), m, k, packed, c.data(), ldc, act, threads);
+        const auto ah = halves_of(a), wh = halves_of(w);
+        std::vector<double> model(m * n), exact(m * n), mag(m * n);
+        std::vector<float> got(m * n);
+        for (size_t i = 0; i < m; ++i)
+          for (size_t j = 0; j < n; ++j) {
+            F16Dot dot(bias[j]);
+            double s = bias[j], sm = std::fabs(bias[j]);
+            for (size_t kk = 0; kk < k; ++kk) {
+              dot.add(ah[i * k + kk], wh[j * k + kk]);
+              s += static_cast<double>(ah[i * k + kk]) * wh[j * k + kk];
+              sm += std::fabs(static_cast<double>(ah[i * k + kk]) * wh[j * k + kk]);
+            }
+            model[i * n + j] = activate_reference(dot.result(), act);
+            exact[i * n + j] = activate_reference(static_cast<float>(s), act);
+            mag[i * n + j] = sm;
+            got[i * n + j] = c[i * ldc + j];
+          }
+        bool pad_ok = true;
+        for (size_t i = 0; i < m; ++i)
+          for (size_t j = n; j < ldc; ++j) pad_ok &= c[i * ldc + j] == 7.0f;
+        if (!pad_ok && fam.failure.empty()) fam.failure = what + ": wrote past N";
+        check_f16(fam, what, got, model, exact, mag, k);
+      }
+  report(fam);
+}
+
+void test_f16_conv(const KernelTable& t) {
+  reseed();
+  Family fam{"f16_conv", t.name};
+  const ConvCase cases[] = {
+      {1, 5, 7, 3, 5, geom(1, 1, 1, 1, 0, 0, 0, 0)},     // 1x1 stride 1: the GEMM path
+      {2, 6, 5, 17, 33, geom(1, 1, 2, 1, 0, 0, 0, 0)},   // 1x1 stride 2: indirect
+      {1, 7, 9, 5, 17, geom(3, 3, 1, 1, 1, 1, 1, 1)},    // blocks span kernel positions
+      {2, 9, 8, 3, 16, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 11, 10, 1, 1, geom(5, 5, 1, 2, 4, 4, 4, 4)},   // dilation 2, one channel
+      {1, 13, 13, 3, 24, geom(7, 7, 2, 1, 3, 3, 3, 3)},  // stem-like
+      {1, 6, 7, 17, 5, geom(3, 2, 1, 1, 0, 1, 2, 0)},    // asymmetric kernel and padding
+      {1, 4, 4, 65, 65, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+      {1, 5, 5, 40, 19, geom(3, 3, 1, 1, 1, 1, 1, 1)},   // 16-aligned blocks inside a position
+      {1, 9, 8, 70, 18, geom(1, 1, 1, 1, 0, 0, 0, 0)},   // 1x1 GEMM with several row tiles
+  };
+  size_t index = 0;
+  for (const ConvCase& cc : cases) {
+    ++index;
+    const Activation act = kActs[index % kActCount];
+    const float* scale = kF16Scales[index % 3];
+    const size_t kdim = cc.g.kh * cc.g.kw * cc.c;
+    auto x = random_vec(cc.n * cc.h * cc.w * cc.c, -scale[0], scale[0]);
+    auto w = random_vec(cc.oc * kdim, -scale[1], scale[1]), bias = random_vec(cc.oc);
+    auto packed = pack_gemm_weights(w.data(), cc.oc, kdim, WeightLayout::NK, bias.data(), WeightType::F16, &t, true);
+    ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed);
+    const size_t oh = plan.out_h(), ow = plan.out_w(), pixels = cc.n * oh * ow;
+    const std::string what = "f16 conv " + dims({cc.n, cc.h, cc.w, cc.c, cc.oc, cc.g.kh, cc.g.kw, cc.g.stride_h});
+    // Runs: the input, a second buffer (negated) and the first again at a wider pixel stride.
+    for (int run = 0; run < 3; ++run) {
+      std::vector<float> xr = x;
+      if (run == 1)
+        for (auto& v : xr) v = -v;
+      const size_t in_stride = run == 2 ? cc.c + 3 : cc.c;
+      std::vector<float> xs(cc.n * cc.h * cc.w * in_stride, 1e30f);  // padding lanes must not be read
+      for (size_t p = 0; p < cc.n * cc.h * cc.w; ++p)
+        for (size_t ci = 0; ci < cc.c; ++ci) xs[p * in_stride + ci] = xr[p * cc.c + ci];
+      std::vector<float> y(pixels * cc.oc);
+      plan.run(xs.data(), y.data(), act, 1 + (index + run) % 2, in_stride);
+      const auto xh = halves_of(xr), wh = halves_of(w);
+      std::vector<double> model(y.size()), exact(y.size()), mag(y.size());
+      const ConvGeometry& g = cc.g;
+      for (size_t b = 0; b < cc.n; ++b)
+        for (size_t oy = 0; oy < oh; ++oy)
+          for (size_t ox = 0; ox < ow; ++ox)
+            for (size_t o = 0; o < cc.oc; ++o) {
+              F16Dot dot(bias[o]);
+              double s = bias[o], sm = std::fabs(bias[o]);
+              for (size_t ky = 0; ky < g.kh; ++ky)
+                for (size_t kx = 0; kx < g.kw; ++kx) {
+                  const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+                  const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+                  const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<long>(cc.h) && ix < static_cast<long>(cc.w);
+                  for (size_t ci = 0; ci < cc.c; ++ci) {
+                    const double wv = wh[o * kdim + (ky * g.kw + kx) * cc.c + ci];
+                    const double xv = inside ? xh[((b * cc.h + iy) * cc.w + ix) * cc.c + ci] : 0.0;
+                    dot.add(xv, wv);  // padding taps count in the block too (they add 0)
+                    s += xv * wv;
+                    sm += std::fabs(xv * wv);
+                  }
+                }
+              const size_t idx = ((b * oh + oy) * ow + ox) * cc.oc + o;
+              model[idx] = activate_reference(dot.result(), act);
+              exact[idx] = activate_reference(static_cast<float>(s), act);
+              mag[idx] = sm;
+            }
+      check_f16(fam, what + (run == 1 ? " (new input)" : run == 2 ? " (pixel stride)" : ""), y, model, exact, mag, kdim);
+    }
+  }
+  report(fam);
+}
+
+void test_f16_depthwise(const KernelTable& t) {
+  reseed();
+  Family fam{"f16_depthwise", t.name};
+  struct Case { size_t n, h, w, c, mult; ConvGeometry g; };
+  const Case cases[] = {
+      {1, 7, 8, 1, 1, geom(3, 3, 1, 1, 1, 1, 1, 1)},   {2, 9, 7, 3, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 8, 8, 5, 1, geom(3, 3, 1, 2, 2, 2, 2, 2)},   {1, 10, 9, 17, 1, geom(5, 5, 2, 1, 2, 2, 2, 2)},
+      {1, 6, 6, 40, 1, geom(3, 3, 1, 1, 0, 0, 1, 1)},  {1, 5, 6, 67, 1, geom(3, 3, 2, 1, 1, 1, 0, 0)},
+      {1, 9, 9, 16, 1, geom(7, 7, 1, 1, 3, 3, 3, 3)},  {1, 6, 6, 24, 1, geom(5, 5, 1, 1, 2, 2, 2, 2)},
+      {1, 6, 5, 3, 2, geom(3, 3, 1, 1, 1, 1, 1, 1)},   {1, 5, 5, 2, 9, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 4, 4, 5, 17, geom(1, 1, 1, 1, 0, 0, 0, 0)},  {1, 7, 7, 3, 8, geom(5, 5, 1, 1, 2, 2, 2, 2)},
+  };
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    for (size_t ai = 0; ai < kActCount; ai += 3) {
+      ++index;
+      const Activation act = kActs[(ai + index) % kActCount];
+      const float* scale = kF16Scales[index % 3];
+      const size_t oc = cs.c * cs.mult, taps = cs.g.kh * cs.g.kw;
+      auto x = random_vec(cs.n * cs.h * cs.w * cs.c, -scale[0], scale[0]);
+      auto w = random_vec(taps * oc, -scale[1], scale[1]), b = random_vec(oc);
+      const size_t oh = conv_output_size(cs.h, cs.g.kh, cs.g.stride_h, cs.g.dil_h, cs.g.pad_top, cs.g.pad_bottom);
+      const size_t ow = conv_output_size(cs.w, cs.g.kw, cs.g.stride_w, cs.g.dil_w, cs.g.pad_left, cs.g.pad_right);
+      std::vector<float> got(cs.n * oh * ow * oc);
+      const float* bias = index % 4 == 0 ? nullptr : b.data();
+      depthwise_conv(x.data(), cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g, w.data(), bias, got.data(), act, 1 + index % 2, &t,
+                     /*f16_arith=*/true);
+      const auto xh = halves_of(x), wh = halves_of(w);
+      std::vector<double> model(got.size()), exact(got.size()), mag(got.size());
+      const ConvGeometry& g = cs.g;
+      for (size_t bi = 0; bi < cs.n; ++bi)
+        for (size_t oy = 0; oy < oh; ++oy)
+          for (size_t ox = 0; ox < ow; ++ox)
+            for (size_t o = 0; o < oc; ++o) {
+              const float b0 = bias != nullptr ? bias[o] : 0.0f;
+              F16Dot dot(b0);
+              double s = b0, sm = std::fabs(b0);
+              for (size_t ky = 0; ky < g.kh; ++ky)
+                for (size_t kx = 0; kx < g.kw; ++kx) {
+                  const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+                  const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+                  if (iy < 0 || ix < 0 || iy >= static_cast<long>(cs.h) || ix >= static_cast<long>(cs.w)) continue;
+                  const double xv = xh[((bi * cs.h + iy) * cs.w + ix) * cs.c + o / cs.mult];
+                  const double wv = wh[(ky * g.kw + kx) * oc + o];
+                  dot.add(xv, wv);
+                  s += xv * wv;
+                  sm += std::fabs(xv * wv);
+                }
+              const size_t idx = ((bi * oh + oy) * ow + ox) * oc + o;
+              model[idx] = activate_reference(dot.result(), act);
+              exact[idx] = activate_reference(static_cast<float>(s), act);
+              mag[idx] = sm;
+            }
+      check_f16(fam, "f16 depthwise " + dims({cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g.kh, cs.g.stride_h}) + " " +
+                         act_name(act.kind),
+                got, model, exact, mag, taps);
+    }
+  }
+  report(fam);
+}
+
+// Not a check: the drift figure of the fp16 blocks on a long K, printed for the record. 16 rows x
+// 64 columns, K = 4608 (a 3x3x512 convolution), post-ReLU N(0,1) activations and He-scaled
+// N(0, 2/K) weights, against the exact result of the fp16 operands; "reference rounding" is what
+// rounding that exact result to half (the reference fp16 model's output) costs.
+void measure_f16_gemm(const KernelTable& t) {
+  reseed();
+  const size_t m = 16, n = 64, k = 4608;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> a(m * k), w(n * k);
+  for (auto& v : a) v = std::max(0.0f, normal(rng));
+  for (auto& v : w) v = normal(rng) * std::sqrt(2.0f / static_cast<float>(k));
+  auto packed = pack_gemm_weights(w.data(), n, k, WeightLayout::NK, nullptr, WeightType::F16, &t, true);
+  std::vector<float> c(m * n);
+  gemm(a.data(), m, k, packed, c.data(), n, act_none(), 2);
+  const auto ah = halves_of(a), wh = halves_of(w);
+  double sq = 0, max_err = 0, sq_err = 0, max_ref = 0;
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (size_t kk = 0; kk < k; ++kk) s += static_cast<double>(ah[i * k + kk]) * wh[j * k + kk];
+      const double err = std::fabs(c[i * n + j] - s);
+      sq += s * s;
+      sq_err += err * err;
+      max_err = std::max(max_err, err);
+      max_ref = std::max(max_ref, std::fabs(round_half(s) - s));
+    }
+  const double rms = std::sqrt(sq / static_cast<double>(m * n));
+  std::printf("INFO f16_gemm %s K=%zu error/rms(output): max %.2e, rms %.2e (reference rounding: max %.2e)\n", t.name,
+              k, max_err / rms, std::sqrt(sq_err / static_cast<double>(m * n)) / rms, max_ref / rms);
+}
+
 // ---- thread pool ----------------------------------------------------------------------------
 void test_thread_pool() {
   Family fam{"thread_pool", "any"};
@@ -571,6 +886,12 @@ int main(int argc, char** argv) {
     test_softmax(t);
     test_clustered(t);
     test_nnm(t);
+    if (t.has_f16_arith()) {
+      test_f16_gemm(t);
+      test_f16_conv(t);
+      test_f16_depthwise(t);
+      measure_f16_gemm(t);
+    }
     checked += std::string(checked.empty() ? "" : " ") + t.name;
   }
   std::printf("checked isas: %s\n", checked.c_str());

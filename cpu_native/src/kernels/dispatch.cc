@@ -14,21 +14,35 @@ namespace {
     isa_enum, #isa, mr, nr, f32_igemm_##isa, f32_f16w_igemm_##isa, f32_activation_##isa,             \
         f32_depthwise_##isa, f32_maxpool_##isa, f32_avgpool_##isa, f32_global_avgpool_##isa,         \
         f32_binary_##isa, f32_softmax_##isa, lanes, table_min, nibbles, f32_clustered_gemv_##isa,    \
-        f32_clustered_decode_##isa, f32_nnm_gather_##isa                                             \
+        f32_clustered_decode_##isa, f32_nnm_gather_##isa, 0, 0, nullptr, nullptr, nullptr             \
   }
 
-const KernelTable kScalarTable = EDGESDK_TABLE(Isa::Scalar, scalar, kScalarMR, kScalarNR, kScalarLanes, 1, false);
+constexpr KernelTable kScalarTable = EDGESDK_TABLE(Isa::Scalar, scalar, kScalarMR, kScalarNR, kScalarLanes, 1, false);
 #if defined(__x86_64__) || defined(_M_X64)
 // AVX2 looks 3-bit indices up with one 8-entry permute and 4-bit ones with vpshufb on the
 // codebook's byte planes (two 8-entry permutes cost twice as much: vpermps is the bottleneck);
 // AVX-512 looks 4-bit indices up with one 16-entry permute.
-const KernelTable kAvx2Table = EDGESDK_TABLE(Isa::Avx2, avx2, kAvx2MR, kAvx2NR, kAvx2Lanes, 8, true);
-const KernelTable kAvx512Table =
+constexpr KernelTable kAvx2Table = EDGESDK_TABLE(Isa::Avx2, avx2, kAvx2MR, kAvx2NR, kAvx2Lanes, 8, true);
+constexpr KernelTable kAvx512Table =
     EDGESDK_TABLE(Isa::Avx512, avx512, kAvx512MR, kAvx512NR, kAvx512Lanes, 16, false);
 #endif
 #if defined(__aarch64__)
 // NEON looks up through byte tables of at least 16 bytes (vqtbl1q_u8): 4 fp32 entries.
-const KernelTable kNeonTable = EDGESDK_TABLE(Isa::Neon, neon, kNeonMR, kNeonNR, kNeonLanes, 4, false);
+constexpr KernelTable kNeonTable = EDGESDK_TABLE(Isa::Neon, neon, kNeonMR, kNeonNR, kNeonLanes, 4, false);
+// The neon table (every fp32 kernel, and igemm_f16w for fp16 weights in fp32 sessions) plus the
+// ARMv8.2-A fp16-arithmetic kernels, which only fp16 sessions ask for.
+constexpr KernelTable neonfp16_table() {
+  KernelTable t = kNeonTable;
+  t.isa = Isa::NeonFp16;
+  t.name = "neonfp16";
+  t.f16_gemm_mr = kNeonFp16MR;
+  t.f16_gemm_nr = kNeonFp16NR;
+  t.igemm_f16 = f16_f32acc_igemm_neonfp16;
+  t.depthwise_f16 = f16_f32acc_depthwise_neonfp16;
+  t.convert_f32_f16 = f32_to_f16_neonfp16;
+  return t;
+}
+constexpr KernelTable kNeonFp16Table = neonfp16_table();
 #endif
 
 bool has_flag(const cpu::CpuFeatures& f, const char* name) {
@@ -48,6 +62,9 @@ bool cpu_supports(Isa isa) {
              has_flag(features, "avx512vl") && has_flag(features, "avx512dq") &&
              has_flag(features, "f16c") && has_flag(features, "fma");
     case Isa::Neon: return has_flag(features, "neon");
+    // "fp16" is HWCAP fphp + asimdhp (scalar and vector half arithmetic, cpu_features.cc). FHM
+    // (FMLAL) is detected and reported but not needed: see gemm_neonfp16.cc.
+    case Isa::NeonFp16: return has_flag(features, "neon") && has_flag(features, "fp16");
   }
   return false;
 }
@@ -61,6 +78,7 @@ const KernelTable* table_of(Isa isa) {
 #endif
 #if defined(__aarch64__)
     case Isa::Neon: return &kNeonTable;
+    case Isa::NeonFp16: return &kNeonFp16Table;
 #endif
     default: return nullptr;
   }
@@ -85,6 +103,7 @@ std::vector<Isa> compiled_isas() {
 #endif
 #if defined(__aarch64__)
   out.push_back(Isa::Neon);
+  out.push_back(Isa::NeonFp16);
 #endif
   return out;
 }
@@ -102,14 +121,15 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
     case Isa::Neon: return "neon";
+    case Isa::NeonFp16: return "neonfp16";
   }
   return "?";
 }
 
 Isa parse_isa(const std::string& name) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon})
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonFp16})
     if (name == isa_name(isa)) return isa;
-  throw std::invalid_argument("unknown ISA '" + name + "' (expected scalar, avx2, avx512 or neon)");
+  throw std::invalid_argument("unknown ISA '" + name + "' (expected scalar, avx2, avx512, neon or neonfp16)");
 }
 
 const KernelTable& kernels_for(Isa isa) {

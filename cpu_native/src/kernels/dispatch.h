@@ -1,7 +1,9 @@
 // Runtime kernel dispatch: one KernelTable per ISA level, the best one the running CPU supports
-// chosen from cpu::detect() (scalar < avx2 < avx512 on x86-64; neon on aarch64), overridable by
-// the EDGESDK_CPU_ISA environment variable (read once) or set_active_isa() so tests can force
-// every path.
+// chosen from cpu::detect() (scalar < avx2 < avx512 on x86-64; scalar < neon < neonfp16 on
+// aarch64), overridable by the EDGESDK_CPU_ISA environment variable (read once) or
+// set_active_isa() so tests can force every path. neonfp16 (HWCAP fphp + asimdhp) is the neon
+// table plus the fp16-arithmetic kernels that fp16 sessions ask for; fp32 work runs the same
+// NEON fp32 kernels on both levels.
 #pragma once
 
 #include <string>
@@ -11,11 +13,11 @@
 
 namespace edgesdk::kernels {
 
-enum class Isa { Scalar, Avx2, Avx512, Neon };
+enum class Isa { Scalar, Avx2, Avx512, Neon, NeonFp16 };
 
 struct KernelTable {
   Isa isa;
-  const char* name;  // "scalar", "avx2", "avx512", "neon"
+  const char* name;  // "scalar", "avx2", "avx512", "neon", "neonfp16"
   size_t gemm_mr, gemm_nr;
   IgemmUkernel igemm_f32w;
   IgemmUkernel igemm_f16w;
@@ -32,6 +34,13 @@ struct KernelTable {
   ClusteredGemvUkernel clustered_gemv;
   ClusteredDecodeUkernel clustered_decode;
   NnmGatherUkernel nnm_gather;
+  // fp16 arithmetic (ukernels.h, F16IgemmUkernel): null on levels without it, where fp16 weights
+  // run through igemm_f16w / depthwise in fp32 arithmetic instead.
+  size_t f16_gemm_mr, f16_gemm_nr;
+  F16IgemmUkernel igemm_f16;
+  DepthwiseUkernel depthwise_f16;
+  ConvertF32F16Ukernel convert_f32_f16;
+  bool has_f16_arith() const { return igemm_f16 != nullptr; }
 };
 
 // ISA levels compiled into this binary for its arch, lowest first.
@@ -39,7 +48,7 @@ std::vector<Isa> compiled_isas();
 // Compiled levels the running CPU (and OS) can execute, lowest first.
 std::vector<Isa> supported_isas();
 const char* isa_name(Isa isa);
-// Parses "scalar", "avx2", "avx512", "neon"; throws std::invalid_argument otherwise.
+// Parses "scalar", "avx2", "avx512", "neon", "neonfp16"; throws std::invalid_argument otherwise.
 Isa parse_isa(const std::string& name);
 
 // The table for one level; throws std::runtime_error if this CPU cannot run it.

@@ -34,14 +34,15 @@ uint16_t source_half(const uint16_t* w, size_t i) { return w[i]; }
 
 template <class Src>
 PackedGemmWeights pack_gemm_impl(const Src* w, size_t n, size_t k, WeightLayout layout, const float* bias,
-                                 WeightType type, const KernelTable* t) {
+                                 WeightType type, const KernelTable* t, bool f16_arith) {
   require(n > 0 && k > 0, "pack_gemm_weights: empty matrix");
   PackedGemmWeights out;
   out.table = &table_or_active(t);
   out.n = n;
   out.k = k;
-  out.nr = out.table->gemm_nr;
   out.type = type;
+  out.f16_arith = f16_arith && type == WeightType::F16 && out.table->has_f16_arith();
+  out.nr = out.f16_arith ? out.table->f16_gemm_nr : out.table->gemm_nr;
   const size_t nr = out.nr, panels = out.panel_count();
   out.panels = AlignedBuffer<uint8_t>(panels * k * nr * out.elem_size());
   out.bias = AlignedBuffer<float>(panels * nr);
@@ -73,16 +74,35 @@ void post_activate(const KernelTable& t, float* c, size_t ldc, size_t rows, size
   for (size_t i = 0; i < rows; ++i) t.activation(c + i * ldc, cols, &act);
 }
 
+// fp32 -> fp16 of `count` rows of `cols` values (source rows `src_stride` apart, destination rows
+// packed), split over threads when there is enough of it.
+void convert_rows_f16(const KernelTable& t, const float* src, size_t src_stride, uint16_t* dst, size_t count,
+                      size_t cols, size_t threads) {
+  if (src_stride == cols) {  // one contiguous run
+    const size_t total = count * cols, chunk = 16384;
+    parallel_for(div_up(total, chunk), total >= 4 * chunk ? threads : 1, [&](size_t begin, size_t end) {
+      const size_t lo = begin * chunk, hi = min_size(total, end * chunk);
+      t.convert_f32_f16(src + lo, dst + lo, hi - lo);
+    });
+    return;
+  }
+  const size_t rows_per_task = max_size(1, 16384 / max_size(cols, 1));
+  parallel_for(div_up(count, rows_per_task), count * cols >= 65536 ? threads : 1, [&](size_t begin, size_t end) {
+    for (size_t r = begin * rows_per_task; r < min_size(count, end * rows_per_task); ++r)
+      t.convert_f32_f16(src + r * src_stride, dst + r * cols, cols);
+  });
+}
+
 }  // namespace
 
 PackedGemmWeights pack_gemm_weights(const float* w, size_t n, size_t k, WeightLayout layout, const float* bias,
-                                    WeightType type, const KernelTable* t) {
-  return pack_gemm_impl(w, n, k, layout, bias, type, t);
+                                    WeightType type, const KernelTable* t, bool f16_arith) {
+  return pack_gemm_impl(w, n, k, layout, bias, type, t, f16_arith);
 }
 
 PackedGemmWeights pack_gemm_weights_f16(const uint16_t* w, size_t n, size_t k, WeightLayout layout,
-                                        const float* bias, WeightType type, const KernelTable* t) {
-  return pack_gemm_impl(w, n, k, layout, bias, type, t);
+                                        const float* bias, WeightType type, const KernelTable* t, bool f16_arith) {
+  return pack_gemm_impl(w, n, k, layout, bias, type, t, f16_arith);
 }
 
 void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, float* c, size_t ldc,
@@ -91,10 +111,13 @@ void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, floa
   require(lda >= w.k && ldc >= w.n, "gemm: row stride smaller than the row");
   const KernelTable& t = *w.table;
   const IgemmUkernel ukernel = ukernel_of(w);
-  const size_t mr = t.gemm_mr, nr = t.gemm_nr, k = w.k;
+  const bool half = w.f16_arith;
+  const size_t mr = w.mr(), nr = w.nr, k = w.k;
   // With a single row block the weights are not reused: no K blocking, so they stream from
-  // memory in one sequential pass (GEMV is bandwidth-bound).
-  const size_t kc = m <= mr ? k : k_block(k, nr, w.elem_size());
+  // memory in one sequential pass (GEMV is bandwidth-bound). The fp16-arithmetic kernel's
+  // fp16 blocks must not straddle a K cut (ukernels.h): cuts at multiples of kF16KBlock.
+  size_t kc = m <= mr ? k : k_block(k, nr, w.elem_size());
+  if (half) kc = min_size(k, round_up(kc, kF16KBlock));
   const MinMax clamp = clamp_part(act);
   const bool post = needs_post_pass(act);
   // Tiles: row blocks of 16 microtiles (A block ~ in L2 while its panels stream by), and the
@@ -111,17 +134,37 @@ void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, floa
   // matrix sit at a large power-of-two stride (4 KiB at K = 1024) and would all map to the same
   // L1 sets (seed 001 §2.1), while the copy costs 1/(panels) of the FLOPs.
   const size_t pack_stride = round_up(kc, 16) + 16;
-  const bool pack_a = m >= 2 * mr && panels_per_tile >= 4;
+  const bool pack_a = !half && m >= 2 * mr && panels_per_tile >= 4;
+  // fp16 arithmetic: A is always converted into a compact fp16 row block (the same stride rule).
+  const size_t half_stride = round_up(kc, 32) + 32;
   auto run_tile = [&](size_t tile) {
     const size_t mt = tile % m_tiles, nt = tile / m_tiles;
     const size_t m0 = mt * mb, m1 = min_size(m, m0 + mb);
     const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
     const float* rows[64];  // MR pointers (MR <= 64)
+    const uint16_t* rows_f16[64];
     thread_local AlignedBuffer<float> a_block;
+    thread_local AlignedBuffer<uint16_t> a_half;
     if (pack_a && a_block.size() < mb * pack_stride) a_block = AlignedBuffer<float>(mb * pack_stride);
+    if (half && a_half.size() < mb * half_stride) a_half = AlignedBuffer<uint16_t>(mb * half_stride);
     for (size_t k0 = 0; k0 < k; k0 += kc) {
       const size_t kcur = min_size(kc, k - k0);
       const uint32_t flags = (k0 > 0 ? kGemmAccumulate : 0u) | (k0 + kcur == k ? kGemmFinal : 0u);
+      if (half) {
+        for (size_t i = m0; i < m1; ++i) t.convert_f32_f16(a + i * lda + k0, a_half.data() + (i - m0) * half_stride, kcur);
+        for (size_t p = p0; p < p1; ++p) {
+          const size_t ncur = min_size(nr, w.n - p * nr);
+          const void* panel = w.panel(p, k0);
+          for (size_t i0 = m0; i0 < m1; i0 += mr) {
+            const size_t mcur = min_size(mr, m1 - i0);
+            for (size_t i = 0; i < mr; ++i) rows_f16[i] = a_half.data() + (i0 - m0 + min_size(i, mcur - 1)) * half_stride;
+            float* ct = c + i0 * ldc + p * nr;
+            t.igemm_f16(mcur, ncur, kcur, 1, rows_f16, panel, w.bias.data() + p * nr, ct, ldc, flags, &clamp);
+            if (post && (flags & kGemmFinal)) post_activate(t, ct, ldc, mcur, ncur, act);
+          }
+        }
+        continue;
+      }
       const float* a_src = a + k0;
       size_t a_stride = lda, a_row0 = 0;
       if (pack_a) {
@@ -171,29 +214,52 @@ ConvPlan::ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g
   }
 }
 
-void ConvPlan::build_indirection(const float* input, size_t in_stride) {
-  const size_t mr = weights_->table->gemm_mr;
-  const size_t ks = g_.kh * g_.kw;
-  const size_t pixels = n_ * oh_ * ow_;
+namespace {
+
+// [pixel tile][kernel position][mr] pointers to input pixels (pixel stride in_stride) or `zero`.
+template <class T>
+void fill_indirection(std::vector<const T*>& ind, const T* input, size_t in_stride, const T* zero, size_t mr,
+                      size_t n, size_t h, size_t w, size_t oh, size_t ow, const ConvGeometry& g) {
+  const size_t ks = g.kh * g.kw;
+  const size_t pixels = n * oh * ow;
   const size_t tiles = div_up(pixels, mr);
-  indirection_.assign(tiles * ks * mr, nullptr);
+  ind.assign(tiles * ks * mr, nullptr);
   for (size_t tile = 0; tile < tiles; ++tile) {
     for (size_t i = 0; i < mr; ++i) {
       const size_t p = min_size(tile * mr + i, pixels - 1);  // the tail repeats the last pixel
-      const size_t b = p / (oh_ * ow_), oy = p / ow_ % oh_, ox = p % ow_;
-      for (size_t ky = 0; ky < g_.kh; ++ky) {
-        for (size_t kx = 0; kx < g_.kw; ++kx) {
+      const size_t b = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
+      for (size_t ky = 0; ky < g.kh; ++ky) {
+        for (size_t kx = 0; kx < g.kw; ++kx) {
           // Signed arithmetic: padding makes the top-left window start before the input.
-          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * g_.stride_h + ky * g_.dil_h) - static_cast<ptrdiff_t>(g_.pad_top);
-          const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * g_.stride_w + kx * g_.dil_w) - static_cast<ptrdiff_t>(g_.pad_left);
-          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h_) && ix < static_cast<ptrdiff_t>(w_);
-          const float* row = inside ? input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride
-                                    : zero_.data();
-          indirection_[(tile * ks + ky * g_.kw + kx) * mr + i] = row;
+          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * g.stride_h + ky * g.dil_h) - static_cast<ptrdiff_t>(g.pad_top);
+          const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * g.stride_w + kx * g.dil_w) - static_cast<ptrdiff_t>(g.pad_left);
+          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h) && ix < static_cast<ptrdiff_t>(w);
+          const T* row = inside ? input + ((b * h + static_cast<size_t>(iy)) * w + static_cast<size_t>(ix)) * in_stride
+                                : zero;
+          ind[(tile * ks + ky * g.kw + kx) * mr + i] = row;
         }
       }
     }
   }
+}
+
+}  // namespace
+
+void ConvPlan::convert_input_f16(const float* input, size_t in_stride, size_t threads) {
+  const KernelTable& t = *weights_->table;
+  const size_t pixels_in = n_ * h_ * w_;
+  if (input_f16_.size() == 0) {  // first run: the copy, its zero vector and the indirection into it
+    input_f16_ = AlignedBuffer<uint16_t>(pixels_in * c_);
+    zero_f16_ = AlignedBuffer<uint16_t>(c_);
+    std::memset(zero_f16_.data(), 0, c_ * sizeof(uint16_t));
+    fill_indirection<uint16_t>(indirection_f16_, input_f16_.data(), c_, zero_f16_.data(), weights_->mr(), n_, h_,
+                               w_, oh_, ow_, g_);
+  }
+  convert_rows_f16(t, input, in_stride, input_f16_.data(), pixels_in, c_, threads);
+}
+
+void ConvPlan::build_indirection(const float* input, size_t in_stride) {
+  fill_indirection<float>(indirection_, input, in_stride, zero_.data(), weights_->mr(), n_, h_, w_, oh_, ow_, g_);
   built_input_ = input;
   built_stride_ = in_stride;
 }
@@ -208,10 +274,15 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
     gemm(input, n_ * h_ * w_, in_stride, w, output, out_stride, act, threads);
     return;
   }
-  if (input != built_input_ || in_stride != built_stride_ || indirection_.empty()) build_indirection(input, in_stride);
+  const bool half = w.f16_arith;
+  if (half) {
+    convert_input_f16(input, in_stride, threads);
+  } else if (input != built_input_ || in_stride != built_stride_ || indirection_.empty()) {
+    build_indirection(input, in_stride);
+  }
   const KernelTable& t = *w.table;
   const IgemmUkernel ukernel = ukernel_of(w);
-  const size_t mr = t.gemm_mr, nr = t.gemm_nr, ks = g_.kh * g_.kw;
+  const size_t mr = w.mr(), nr = w.nr, ks = g_.kh * g_.kw;
   const size_t pixels = n_ * oh_ * ow_;
   const size_t tiles = div_up(pixels, mr);
   const size_t panels = w.panel_count();
@@ -225,6 +296,7 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
   const size_t panels_per_unit = div_up(panels, panel_units);
   panel_units = div_up(panels, panels_per_unit);
   const float* const* ind = indirection_.data();
+  const uint16_t* const* ind_f16 = indirection_f16_.data();
   auto run_unit = [&](size_t unit) {
     const size_t pu = unit % pixel_units, nu = unit / pixel_units;
     const size_t t0 = pu * tiles_per_unit, t1 = min_size(tiles, t0 + tiles_per_unit);
@@ -234,8 +306,12 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
       for (size_t tile = t0; tile < t1; ++tile) {
         const size_t mcur = min_size(mr, pixels - tile * mr);
         float* ct = output + tile * mr * out_stride + p * nr;
-        ukernel(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, ct, out_stride,
-                kGemmFinal, &clamp);
+        if (half)
+          t.igemm_f16(mcur, ncur, c_, ks, ind_f16 + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, ct,
+                      out_stride, kGemmFinal, &clamp);
+        else
+          ukernel(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, ct, out_stride,
+                  kGemmFinal, &clamp);
         if (post) post_activate(t, ct, out_stride, mcur, ncur, act);
       }
     }
@@ -249,7 +325,7 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
 
 void depthwise_conv(const float* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
                     const ConvGeometry& g, const float* weights, const float* bias, float* output,
-                    const Activation& act, size_t threads, const KernelTable* t) {
+                    const Activation& act, size_t threads, const KernelTable* t, bool f16_arith) {
   require(multiplier > 0 && c > 0, "depthwise_conv: empty channels");
   DepthwiseArgs args{};
   args.input = input;
@@ -264,7 +340,20 @@ void depthwise_conv(const float* input, size_t n, size_t h, size_t w, size_t c, 
   args.in_stride = c;
   args.out_stride = c * multiplier;
   args.act = act;
-  const DepthwiseUkernel kernel = table_or_active(t).depthwise;
+  const KernelTable& tab = table_or_active(t);
+  DepthwiseUkernel kernel = tab.depthwise;
+  if (f16_arith && tab.depthwise_f16 != nullptr) {
+    // fp16 copies in this thread's scratch (kept between calls: no allocation per layer and run).
+    thread_local AlignedBuffer<uint16_t> input_f16, weights_f16;
+    const size_t in_count = n * h * w * c, w_count = g.kh * g.kw * c * multiplier;
+    if (input_f16.size() < in_count) input_f16 = AlignedBuffer<uint16_t>(in_count);
+    if (weights_f16.size() < w_count) weights_f16 = AlignedBuffer<uint16_t>(w_count);
+    convert_rows_f16(tab, input, in_count, input_f16.data(), 1, in_count, threads);
+    tab.convert_f32_f16(weights, weights_f16.data(), w_count);
+    args.input_f16 = input_f16.data();
+    args.weights_f16 = weights_f16.data();
+    kernel = tab.depthwise_f16;
+  }
   parallel_for(n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); },
                Partition::Dynamic, 1);
 }

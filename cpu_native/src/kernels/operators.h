@@ -1,6 +1,7 @@
 // Operators: weight packing, the blocked and threaded drivers around the microkernels, and the
-// per-shape plans (indirection buffers). All activations are fp32 NHWC / row-major; every
-// operator takes the kernel table to use (null = active_kernels()) and a thread count.
+// per-shape plans (indirection buffers). All activations are fp32 NHWC / row-major (the
+// fp16-arithmetic paths convert them to fp16 internally); every operator takes the kernel table
+// to use (null = active_kernels()) and a thread count.
 #pragma once
 
 #include <cstddef>
@@ -23,22 +24,31 @@ struct PackedGemmWeights {
   const KernelTable* table = nullptr;
   size_t n = 0, k = 0, nr = 0;
   WeightType type = WeightType::F32;
+  // fp16 panels for the table's fp16-arithmetic microkernel (igemm_f16, NR = f16_gemm_nr): the
+  // drivers convert A to fp16 as they pack it or build the indirection. Otherwise fp16 panels meet
+  // fp32 activations in fp32 arithmetic (igemm_f16w).
+  bool f16_arith = false;
   AlignedBuffer<uint8_t> panels;
   AlignedBuffer<float> bias;  // round_up(n, nr) entries, zero-padded (zeros without a bias)
 
   size_t elem_size() const { return type == WeightType::F16 ? 2 : 4; }
   size_t panel_count() const { return div_up(n, nr); }
+  size_t mr() const { return f16_arith ? table->f16_gemm_mr : table->gemm_mr; }
   // Panel p from row k0 of K on.
   const void* panel(size_t p, size_t k0 = 0) const {
     return panels.data() + (p * k * nr + k0 * nr) * elem_size();
   }
 };
 
+// f16_arith (fp16 sessions): with type F16 on a table that has fp16-arithmetic kernels
+// (neonfp16), pack for them; ignored elsewhere, where fp16 panels run in fp32 arithmetic.
 PackedGemmWeights pack_gemm_weights(const float* w, size_t n, size_t k, WeightLayout layout,
-                                    const float* bias, WeightType type, const KernelTable* t = nullptr);
+                                    const float* bias, WeightType type, const KernelTable* t = nullptr,
+                                    bool f16_arith = false);
 // Same from fp16 bits (IEEE binary16); packs to fp16 unless type is F32.
 PackedGemmWeights pack_gemm_weights_f16(const uint16_t* w, size_t n, size_t k, WeightLayout layout,
-                                        const float* bias, WeightType type, const KernelTable* t = nullptr);
+                                        const float* bias, WeightType type, const KernelTable* t = nullptr,
+                                        bool f16_arith = false);
 
 void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, float* c, size_t ldc,
           const Activation& act, size_t threads);
@@ -48,7 +58,9 @@ void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, floa
 // order. 1x1 stride-1 unpadded convolutions run as one GEMM; everything else as indirect GEMM
 // over an indirection buffer [pixel tile][kernel position][MR] of input-row pointers, with
 // padding pointing at one shared zero vector. The buffer is built on first run and rebuilt only
-// when the input pointer or its pixel stride changes (shapes are fixed per plan).
+// when the input pointer or its pixel stride changes (shapes are fixed per plan). With fp16-
+// arithmetic weights each run first converts the input into a plan-owned fp16 copy (C per pixel),
+// which the indirection buffer, built once, points into.
 struct ConvGeometry {
   size_t kh = 1, kw = 1;
   size_t stride_h = 1, stride_w = 1;
@@ -72,6 +84,7 @@ class ConvPlan {
 
  private:
   void build_indirection(const float* input, size_t in_stride);
+  void convert_input_f16(const float* input, size_t in_stride, size_t threads);
 
   size_t n_, h_, w_, c_, oh_, ow_;
   ConvGeometry g_;
@@ -79,15 +92,20 @@ class ConvPlan {
   bool direct_gemm_;
   std::vector<const float*> indirection_;
   AlignedBuffer<float> zero_;
+  std::vector<const uint16_t*> indirection_f16_;  // fp16-arithmetic weights: into input_f16_
+  AlignedBuffer<uint16_t> input_f16_, zero_f16_;
   const float* built_input_ = nullptr;
   size_t built_stride_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
 // Depthwise convolution NHWC: weights [KH][KW][C*multiplier], output channel c*mult + j.
+// f16_arith (fp16 sessions): on a table with an fp16-arithmetic depthwise kernel, input and
+// weights are converted to fp16 (per call, into per-thread scratch) and run through it.
 void depthwise_conv(const float* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
                     const ConvGeometry& g, const float* weights, const float* bias, float* output,
-                    const Activation& act, size_t threads, const KernelTable* t = nullptr);
+                    const Activation& act, size_t threads, const KernelTable* t = nullptr,
+                    bool f16_arith = false);
 
 // Pooling NHWC (dilation in g is honoured; padding never wins a max).
 enum class PoolKind { Max, Average };

@@ -23,6 +23,21 @@ using IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const 
                               const void* w, const float* bias, float* c, size_t ldc,
                               uint32_t flags, const MinMax* clamp);
 
+// The fp16-arithmetic form (fp16 sessions on CPUs with ARMv8.2-A FEAT_FP16): A rows and the packed
+// panels are fp16 (IEEE binary16 bits; the drivers convert the fp32 activations when they pack A or
+// build the indirection), bias and C stay fp32. Products are formed in half and accumulated in
+// fp32: the kernel multiply-adds into fp16 accumulators (one rounding per fused multiply-add) and
+// widens them into fp32 accumulators after every kF16KBlock products of the flattened K, counted
+// from the start of the call (kernel position major, channel minor). Drivers cut K only at
+// multiples of kF16KBlock, so a result does not depend on how K was blocked.
+using F16IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const uint16_t* const* a,
+                                 const void* w, const float* bias, float* c, size_t ldc,
+                                 uint32_t flags, const MinMax* clamp);
+constexpr size_t kF16KBlock = 16;
+
+// fp32 -> fp16 (round to nearest even, overflow to inf) of n contiguous values.
+using ConvertF32F16Ukernel = void (*)(const float* x, uint16_t* y, size_t n);
+
 // In-place activation of n contiguous floats (the non-clamp kinds, and any kind).
 using ActivationUkernel = void (*)(float* x, size_t n, const Activation* act);
 
@@ -32,6 +47,11 @@ using ActivationUkernel = void (*)(float* x, size_t n, const Activation* act);
 struct DepthwiseArgs {
   const float* input;   // [N][H][W][C], pixel stride in_stride
   const float* weights; // [KH][KW][OC]
+  // fp16-arithmetic kernels only (null otherwise): the same input and weights as fp16 bits, in the
+  // same layout and strides. Those kernels accumulate in fp16 and widen into fp32 after every
+  // kF16KBlock in-bounds taps in (ky, kx) order; bias and output stay fp32.
+  const uint16_t* input_f16;
+  const uint16_t* weights_f16;
   const float* bias;    // [OC] or null
   float* output;        // [N][OH][OW][OC], pixel stride out_stride
   size_t n, h, w, c, multiplier;
@@ -151,6 +171,9 @@ constexpr size_t kScalarMR = 4, kScalarNR = 4, kScalarLanes = 4;
 constexpr size_t kAvx2MR = 6, kAvx2NR = 16, kAvx2Lanes = 8;
 constexpr size_t kAvx512MR = 8, kAvx512NR = 32, kAvx512Lanes = 16;
 constexpr size_t kNeonMR = 8, kNeonNR = 8, kNeonLanes = 4;
+// fp16-arithmetic GEMM tile: 4 rows x 16 columns is 8 fp16 + 16 fp32 accumulator registers, 4 A
+// and 2 W registers: 30 of the 32 NEON registers (gemm_neonfp16.cc).
+constexpr size_t kNeonFp16MR = 4, kNeonFp16NR = 16;
 
 EDGESDK_DECLARE_ISA(scalar)
 #if defined(__x86_64__) || defined(_M_X64)
@@ -159,6 +182,12 @@ EDGESDK_DECLARE_ISA(avx512)
 #endif
 #if defined(__aarch64__)
 EDGESDK_DECLARE_ISA(neon)
+// ARMv8.2-A FP16 arithmetic (gemm_neonfp16.cc, depthwise_neonfp16.cc, built with
+// -march=armv8.2-a+fp16): the neonfp16 level adds these to the neon table.
+void f16_f32acc_igemm_neonfp16(size_t, size_t, size_t, size_t, const uint16_t* const*, const void*, const float*,
+                               float*, size_t, uint32_t, const MinMax*);
+void f16_f32acc_depthwise_neonfp16(const DepthwiseArgs*, size_t, size_t);
+void f32_to_f16_neonfp16(const float*, uint16_t*, size_t);
 #endif
 
 }  // namespace edgesdk::kernels

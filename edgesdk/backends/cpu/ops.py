@@ -157,7 +157,7 @@ def _conv_depthwise(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     geometry, act, threads = _conv_geometry(node), _fused(node), b.threads_for(node)
     b.emit(node, "native", lambda v: partial(
         k.depthwise_conv, v[x], dw, bias, v[y], geometry["stride"], geometry["dilation"], geometry["pads"],
-        *act, threads), f"depthwise, {how}")
+        *act, threads, fp16_arith=b.precision == "fp16"), f"depthwise, {how}")
 
 
 def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:

@@ -8,6 +8,9 @@ in the kernel's registers and no dense fp32 weight of a clustered layer ever exi
 
 What runs compressed and what does not:
 - DenseFP16: packed as fp16 panels (converted in the microkernel); exact, the values are fp16.
+- fp16 sessions on a CPU with ARMv8.2-A fp16 arithmetic (kernel level neonfp16): dense GEMM /
+  convolution panels and depthwise convolutions run the fp16-arithmetic kernels, which round the
+  activations to fp16 (as the reference policy stores them) and multiply in half, summing in fp32.
 - Clustered (Conv groups=1, Gemm): native clustered GEMV/GEMM on the packed indices.
 - NNM: centroid convolution / GEMM plus the native gather-accumulate.
 - SparseCSR: there is no native sparse kernel; the layer is decoded to a dense matrix once, at
@@ -68,9 +71,10 @@ def bias_vector(graph: Graph, name: str | None, n: int, precision: str, scale: f
 
 
 def pack_dense(kernels, w: np.ndarray, bias: np.ndarray | None, precision: str, layout: str = "nk"):
-    """Packed GEMM panels; fp16 storage when the weights are fp16 or the session is fp16."""
+    """Packed GEMM panels; fp16 storage when the weights are fp16 or the session is fp16, and fp16
+    arithmetic for fp16 sessions where the kernel level has it (``packed.fp16_arith``)."""
     w = np.ascontiguousarray(for_precision(w, precision))
-    return kernels.pack_gemm(w, bias, layout, w.dtype == np.float16)
+    return kernels.pack_gemm(w, bias, layout, w.dtype == np.float16, fp16_arith=precision == "fp16")
 
 
 def clustered_indices(enc: Clustered, conv_kernel: tuple[int, int] | None) -> np.ndarray:
