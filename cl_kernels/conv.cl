@@ -355,70 +355,82 @@ __kernel void matmul(__global const A_T* restrict a, __global const B_T* restric
 #endif
 
 #ifdef CONV_OC
-// Any ungrouped convolution with OC a multiple of VEC, vectorised along output channels:
-// weights are stored (KH, KW, C, OC) so the OC weights of one tap and input channel are
-// contiguous, every input value is loaded once and broadcast against NV vectors of channels.
-// Work-item: PIX consecutive output pixels (flattened, rows may wrap) x NV*VEC channels. Unlike
-// the pixel-vectorised kernels no lane is wasted on narrow rows (7x7, 14x14 maps) and the
-// border test is one scalar select per pixel and tap.
+// Any ungrouped convolution, vectorised along output channels. The host packs the weights as
+// (OC blocks, KH, KW, C, OCB) with OCB = NV * VEC output channels per block (zero past OC), so a
+// work-item streams its block's weights contiguously (hardware prefetch) and every input value is
+// loaded once and broadcast against NV vectors of channels: the 6x16 register tile of AVX2 SGEMM
+// kernels with PIX = 6, NV = 2, VEC = 8 (12 accumulators). Work-item: PIX consecutive output
+// pixels (flattened, rows may wrap) x one channel block; work-items next to each other along
+// dimension 0 share the block, so a work-group (run in order on one core by CPU drivers) reuses
+// its weights from cache. Unlike the pixel-vectorised kernels no lane is wasted on narrow rows
+// (7x7, 14x14 maps), and the border test is one scalar select per pixel and tap.
 #define P (OH * OW)
 #define HW (H * W)
+#define OCB (NV * VEC)
 __kernel void conv_oc(__global const X_T* restrict x, __global const W_T* restrict w,
                       __global const B_T* restrict bias, __global Y_T* restrict y) {
     const int p0 = get_global_id(0) * PIX;
-    const int oc0 = get_global_id(1) * (VEC * NV);
+    const int ob = get_global_id(1);
     const int n = get_global_id(2);
-    if (p0 >= P || oc0 >= OC) return;
+    if (p0 >= P || ob * OCB >= OC) return;
     const __global X_T* xn = x + n * C * HW;
     int iy0[PIX], ix0[PIX];
     floatV acc[PIX][NV];
 #pragma unroll
     for (int q = 0; q < PIX; ++q) {
-        const int p = min(p0 + q, P - 1);
+        const int p = min(p0 + q, P - 1);  // pixels past P recompute the last one, never stored
         iy0[q] = (p / OW) * SH - PT;
         ix0[q] = (p % OW) * SW - PL;
 #pragma unroll
         for (int v = 0; v < NV; ++v) acc[q][v] = (floatV)(0.0f);
     }
-    int wcol[NV];  // vectors past OC re-read the last one (OC % VEC == 0); never stored
-#pragma unroll
-    for (int v = 0; v < NV; ++v) wcol[v] = min(oc0 + v * VEC, OC - VEC);
+    const __global W_T* wt = w + ob * (KH * KW * C * OCB);
     for (int i = 0; i < KH; ++i) {
-        for (int j = 0; j < KW; ++j) {
-            int off[PIX];
-            float keep[PIX];  // 1 on data, 0 in the padding (the load then reads offset 0)
+        for (int j = 0; j < KW; ++j, wt += C * OCB) {
+            // One pointer per pixel, walked by HW per channel: plain base + index addressing
+            // (an index array c * HW + off[q] gets turned into vector arithmetic by the
+            // compiler). Off the data a pointer sits at the image origin and keep[q] zeroes it.
+            const __global X_T* xq[PIX];
+            float keep[PIX];
+            bool interior = true;
 #pragma unroll
             for (int q = 0; q < PIX; ++q) {
                 const int iy = iy0[q] + i * DH, ix = ix0[q] + j * DW;
                 const bool on_data = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                off[q] = on_data ? iy * W + ix : 0;
+                xq[q] = xn + (on_data ? iy * W + ix : 0);
                 keep[q] = on_data ? 1.0f : 0.0f;
+                interior = interior && on_data;
             }
-            const __global W_T* wt = w + (i * KW + j) * C * OC;
-            bool interior = true;
-#pragma unroll
-            for (int q = 0; q < PIX; ++q) interior = interior && keep[q] != 0.0f;
+            const __global W_T* wc = wt;
             if (interior) {  // the common case: no masking in the hot loop
-                for (int c = 0; c < C; ++c) {
+#if C <= 4
+#pragma unroll
+#endif
+                for (int c = 0; c < C; ++c, wc += OCB) {
                     floatV wv[NV];
 #pragma unroll
-                    for (int v = 0; v < NV; ++v) wv[v] = VLOAD_W(wt, c * OC + wcol[v]);
+                    for (int v = 0; v < NV; ++v) wv[v] = VLOAD_W(wc, v * VEC);
 #pragma unroll
                     for (int q = 0; q < PIX; ++q) {
-                        const floatV xs = (floatV)(LOAD_X(xn, c * HW + off[q]));
+                        const floatV xs = (floatV)(LOAD_X(xq[q], 0));
+                        xq[q] += HW;
 #pragma unroll
                         for (int v = 0; v < NV; ++v) acc[q][v] += HMULV(xs, wv[v]);
                     }
                 }
                 continue;
             }
-            for (int c = 0; c < C; ++c) {
+#if C <= 4
+#pragma unroll
+#endif
+            for (int c = 0; c < C; ++c, wc += OCB) {
                 floatV wv[NV];
 #pragma unroll
-                for (int v = 0; v < NV; ++v) wv[v] = VLOAD_W(wt, c * OC + wcol[v]);
+                for (int v = 0; v < NV; ++v) wv[v] = VLOAD_W(wc, v * VEC);
 #pragma unroll
                 for (int q = 0; q < PIX; ++q) {
-                    const floatV xs = (floatV)(LOAD_X(xn, c * HW + off[q]) * keep[q]);
+                    const floatV xs = (floatV)(LOAD_X(xq[q], 0) * keep[q]);
+                    xq[q] += HW;
 #pragma unroll
                     for (int v = 0; v < NV; ++v) acc[q][v] += HMULV(xs, wv[v]);
                 }
@@ -427,22 +439,30 @@ __kernel void conv_oc(__global const X_T* restrict x, __global const W_T* restri
     }
 #pragma unroll
     for (int v = 0; v < NV; ++v) {
-        const int oc = oc0 + v * VEC;
+        const int oc = ob * OCB + v * VEC;
         if (oc >= OC) continue;  // (not break: an early exit would stop the loop unrolling)
-#if HAS_BIAS
-        const floatV b = VLOAD_B(bias, oc) * BETA;
+#if HAS_BIAS && OC % VEC == 0
+        const floatV bv = VLOAD_B(bias, oc) * BETA;
 #else
-        const floatV b = (floatV)(0.0f);
+        float b[VEC];
+#pragma unroll
+        for (int l = 0; l < VEC; ++l) b[l] = oc + l < OC ? bias_of(bias, oc + l) : 0.0f;
+        const floatV bv = vloadV(0, b);
 #endif
 #pragma unroll
         for (int q = 0; q < PIX; ++q) {
             if (p0 + q >= P) continue;  // (not break: an early exit would stop the loop unrolling)
-            floatV out = acc[q][v] * ALPHA + b;
+            floatV out = acc[q][v] * ALPHA + bv;
             out = ACTIVATE(out);
             float lanes[VEC];
             vstoreV(out, 0, lanes);
 #pragma unroll
-            for (int l = 0; l < VEC; ++l) STORE_Y(y, (n * OC + oc + l) * P + p0 + q, lanes[l]);
+            for (int l = 0; l < VEC; ++l) {
+#if OC % VEC
+                if (oc + l >= OC) continue;  // a partial last vector
+#endif
+                STORE_Y(y, (n * OC + oc + l) * P + p0 + q, lanes[l]);
+            }
         }
     }
 }

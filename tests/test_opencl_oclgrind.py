@@ -85,6 +85,10 @@ def _cases():
     yield "conv_dilated_grouped", conv((1, 4, 7, 6), (4, 2, 3, 3), group=2, dilations=[2, 1], pads=[2, 1, 2, 1])
     yield "depthwise", conv((1, 3, 5, 9), (3, 1, 3, 3), group=3, pads=[1, 1, 1, 1])
     yield "pointwise", conv((1, 5, 3, 7), (6, 5, 1, 1))
+    # the channel-vectorised and Winograd kernels on wide rows too (forced: see FORCED below)
+    yield "conv_oc_wide", conv((1, 3, 7, 19), (7, 3, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1])
+    yield "winograd", conv((1, 3, 5, 7), (7, 3, 3, 3), pads=[1, 1, 0, 0])
+    yield "winograd_wide", conv((2, 2, 4, 21), (4, 2, 3, 3), pads=[1, 1, 1, 1])
     yield "gemv", (single_node_model("Gemm", (1, 13), {"W": r(5, 13), "B": r(5)}, transB=1), (1, 13))
     yield "gemm", (single_node_model("Gemm", (3, 6), {"W": r(6, 4), "B": r(3, 4)}), (3, 6))
     yield "matmul", (single_node_model("MatMul", (2, 3, 5), {"B": r(5, 6)}), (2, 3, 5))
@@ -126,23 +130,40 @@ def _compressed_cases():
         yield name, (graph, (1, 4, 5, 6))
 
 
+# Device-config overrides for cases whose kernel the generic profile would not pick on so small a
+# layer (thresholds down to 1).
+FORCED = {"conv_oc_wide": "kernels:\n  conv_oc: {min_k: 1}\n",
+          "winograd": "kernels:\n  winograd: {min_k: 1, min_tiles: 1}\n",
+          "winograd_wide": "kernels:\n  winograd: {min_k: 1, min_tiles: 1}\n"}
+
+
 def run_suite() -> int:
     sys.path.insert(0, str(TESTS))
     import edgesdk
     from conftest import assert_close
     from edgesdk.backends.opencl.device import open_device
     print(f"device: {open_device().label}", flush=True)
+    import tempfile
     count = 0
     cases = list(_cases()) + list(_compressed_cases())
+    forced_dir = Path(tempfile.mkdtemp())
     for name, (model, shape) in cases:
         for precision in ("fp32", "fp16"):
             if precision == "fp16" and name not in ("conv3x3", "pointwise", "gemv", "depthwise", "add_same",
-                                                    "softmax", "maxpool_ceil", "clustered", "nnm_shared"):
+                                                    "softmax", "maxpool_ceil", "clustered", "nnm_shared",
+                                                    "conv_oc_wide", "winograd"):
                 continue
             x = np.random.default_rng(count).standard_normal(shape).astype(np.float32)
             ref = edgesdk.Session(model, precision=precision)
+            os.environ["EDGESDK_OPENCL_CONFIG"] = ""
+            if name in FORCED:
+                (forced_dir / f"{name}.yaml").write_text(FORCED[name])
+                os.environ["EDGESDK_OPENCL_CONFIG"] = str(forced_dir / f"{name}.yaml")
             sess = edgesdk.Session(model, backend="opencl", precision=precision)
             assert not sess._impl.fallback_reasons, (name, sess._impl.fallback_reasons)
+            if name in FORCED:
+                ran = {launch.name for step in sess._impl._steps for launch in step.launches}
+                assert ran & {"conv_oc", "winograd_gemm"}, (name, ran)
             expected, got = ref.run({"x": x}), sess.run({"x": x})
             for out in expected:
                 assert_close(got[out], expected[out], 1e-4 if precision == "fp32" else 1e-2, what=f"{name}/{precision}")

@@ -166,12 +166,12 @@ def test_activations(op, attrs, consts) -> None:
     check(model, x, "fp16")
 
 
-def _conv_act_model(act: str, **attrs):
+def _conv_act_model(act: str, oc: int = 5, **attrs):
     """Conv followed by an activation, which the graph passes fuse into the conv."""
     import onnx
     import onnx.helper as oh
     import onnx.numpy_helper as nh
-    w, b = rand(5, 3, 3, 3), rand(5)
+    w, b = rand(oc, 3, 3, 3), rand(oc)
     nodes = [oh.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), oh.make_node(act, ["c"], ["y"], **attrs)]
     graph = oh.make_graph(nodes, "conv_act", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
                           [oh.make_empty_tensor_value_info("y")], [nh.from_array(w, "W"), nh.from_array(b, "B")])
@@ -253,3 +253,119 @@ def test_flatten_is_a_view() -> None:
     backend = sess._impl
     assert set(backend.placements.values()) == {"view"}
     assert backend.memory_report.arena_bytes == 0
+
+
+# -- conv_oc and Winograd: forced by a user config (thresholds 1), so every device runs them ----------
+
+FORCE_OC = "kernels:\n  winograd: {min_tiles: null}\n  conv_oc: {min_k: 1}\n"
+FORCE_WINOGRAD = "kernels:\n  winograd: {min_k: 1, min_tiles: 1}\n"
+
+
+@pytest.fixture
+def forced(tmp_path, monkeypatch):
+    """forced(text): later sessions merge the device config ``text`` over their family's."""
+    def use(text: str) -> None:
+        path = tmp_path / "forced.yaml"
+        path.write_text(text)
+        monkeypatch.setenv("EDGESDK_OPENCL_CONFIG", str(path))
+    return use
+
+
+def kernels_of(sess: edgesdk.Session) -> set[str]:
+    return {launch.name for step in sess._impl._steps for launch in step.launches}
+
+
+CONV_OC_CASES = {  # output channels 13 and 40: partial channel blocks (lanes past OC never stored)
+    "stride2_oc13": dict(x=(1, 5, 11, 13), w=(13, 5, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1]),
+    "dilated_asymmetric_batch2": dict(x=(2, 3, 12, 9), w=(16, 3, 3, 2), dilations=[2, 1], pads=[2, 0, 1, 1]),
+    "pointwise_oc40": dict(x=(1, 20, 5, 9), w=(40, 20, 1, 1)),
+    "stem_7x7_no_bias": dict(x=(1, 3, 17, 15), w=(8, 3, 7, 7), strides=[2, 2], pads=[3, 3, 3, 3], bias=False),
+}
+
+
+@pytest.mark.parametrize("case", CONV_OC_CASES, ids=str)
+def test_conv_oc(case: str, forced) -> None:
+    forced(FORCE_OC)
+    model, x_shape = _conv_model(CONV_OC_CASES[case])
+    sess = check(model, rand(*x_shape))
+    assert kernels_of(sess) == {"conv_oc"}
+    if case == "stride2_oc13":
+        assert kernels_of(check(model, rand(*x_shape), "fp16")) == {"conv_oc"}
+
+
+WINOGRAD_CASES = {
+    "same_oc13": dict(x=(1, 16, 9, 11), w=(13, 16, 3, 3), pads=[1, 1, 1, 1]),
+    "valid_batch2": dict(x=(2, 6, 8, 7), w=(16, 6, 3, 3)),
+    "asymmetric_pads": dict(x=(1, 5, 7, 10), w=(7, 5, 3, 3), pads=[0, 1, 2, 0]),
+    "wide_rows_no_bias": dict(x=(1, 4, 6, 45), w=(8, 4, 3, 3), pads=[1, 1, 1, 1], bias=False),
+}
+
+
+@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=str)
+def test_winograd(case: str, forced) -> None:
+    forced(FORCE_WINOGRAD)
+    model, x_shape = _conv_model(WINOGRAD_CASES[case])
+    sess = check(model, rand(*x_shape))
+    assert kernels_of(sess) == {"winograd_input", "winograd_gemm", "winograd_output"}
+    if case in ("same_oc13", "wide_rows_no_bias"):
+        check(model, rand(*x_shape), "fp16")
+
+
+@pytest.mark.parametrize("act,attrs", [("HardSwish", {}), ("LeakyRelu", {"alpha": 0.2})])
+@pytest.mark.parametrize("force", ["oc", "winograd"])
+def test_fused_activation_conv_oc_winograd(act: str, attrs: dict, force: str, forced) -> None:
+    forced(FORCE_OC if force == "oc" else FORCE_WINOGRAD)
+    sess = check(_conv_act_model(act, oc=8, **attrs), rand(1, 3, 8, 8) * 2)
+    assert [n.op for n in sess.graph.nodes] == ["Conv"]
+    assert ("conv_oc" if force == "oc" else "winograd_gemm") in kernels_of(sess)
+
+
+def test_winograd_scratch_is_planned_in_the_arena(forced) -> None:
+    """V and M live in a scratch block of the arena: profiled per node, counted in peak memory."""
+    model, x_shape = _conv_model(WINOGRAD_CASES["same_oc13"])
+    forced(FORCE_OC)
+    plain = edgesdk.Session(model, backend="opencl")._impl
+    forced(FORCE_WINOGRAD)
+    sess = check(model, rand(*x_shape))
+    report = sess._impl.profile({"x": rand(*x_shape)})
+    (record,) = [r for r in report.ops if r.op == "Conv"]
+    tiles = 5 * 6
+    assert record.scratch_bytes >= 16 * 16 * tiles * 4 + 16 * tiles * 16 * 4  # V (C = 16) + M (OC padded)
+    assert report.memory.arena_bytes >= record.scratch_bytes
+    assert report.memory.arena_bytes > plain.memory_report.arena_bytes
+
+
+def test_kernel_choice_on_resnet_and_mobilenet_shapes(monkeypatch) -> None:
+    """The selection heuristics with the pocl-cpu tunables (the measured family)."""
+    from edgesdk.backends.opencl import config as cl_config
+    from edgesdk.backends.opencl.device import DeviceInfo
+    from edgesdk.backends.opencl.ops_linear import ConvGeometry, _channel_vectorised
+    from edgesdk.backends.opencl.ops_winograd import winograd_applies
+
+    monkeypatch.delenv(cl_config.CONFIG_ENV, raising=False)
+    pocl = cl_config.load_device_config(DeviceInfo(
+        platform="Portable Computing Language", name="pthread", vendor="x", type="CPU", version="", driver_version="",
+        global_mem_bytes=0, global_mem_cache_bytes=0, global_mem_cacheline_bytes=0, local_mem_bytes=0,
+        constant_buffer_bytes=0, compute_units=2, max_clock_mhz=0, max_work_group_size=4096,
+        max_work_item_sizes=(4096,) * 3, host_unified_memory=True, fp16=False, mem_base_addr_align_bits=1024,
+        preferred_vector_width_float=8, extensions=()))
+    assert pocl.family == "pocl-cpu"
+
+    class Ctx:
+        config, vec = pocl, pocl.vector_width
+
+    def conv(c, h, oc, k=3, s=1, g=1):
+        o = (h + 2 * (k // 2) - k) // s + 1
+        return ConvGeometry(1, c, h, h, oc, o, o, k, k, s, s, 1, 1, k // 2, k // 2, g)
+
+    for geom in (conv(64, 56, 64), conv(128, 28, 128), conv(256, 14, 256), conv(512, 7, 512)):
+        assert winograd_applies(pocl, geom, "dense") and winograd_applies(pocl, geom, "fp16")
+        assert not winograd_applies(pocl, geom, "clustered")
+    for geom in (conv(64, 56, 128, s=2), conv(3, 224, 64, k=7, s=2), conv(3, 224, 32, s=2), conv(64, 56, 128, k=1),
+                 conv(32, 112, 32, g=32), conv(512, 3, 512)):  # strided, stem, C = 3, 1x1, depthwise, 4 tiles
+        assert not winograd_applies(pocl, geom, "dense")
+    assert _channel_vectorised(Ctx, conv(64, 56, 128, s=2)) and _channel_vectorised(Ctx, conv(3, 224, 64, k=7, s=2))
+    assert _channel_vectorised(Ctx, conv(384, 14, 64, k=1))  # 1x1 with a long reduction
+    assert not _channel_vectorised(Ctx, conv(3, 224, 32, s=2))  # K = 27: conv_direct
+    assert not _channel_vectorised(Ctx, conv(24, 56, 144, k=1))  # short 1x1 reduction: conv_gemm
+    assert not _channel_vectorised(Ctx, conv(144, 56, 24, k=1))  # 24 channels fill 75% of 16-lane blocks

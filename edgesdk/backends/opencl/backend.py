@@ -36,7 +36,7 @@ from .config import DeviceConfig, load_device_config
 from .device import Device, open_device, unavailable_reason
 from .kernels import KERNELS, VIEW_OPS, Launch, LoweringContext, NotLowerable, TensorRef, WeightRecord
 from .memory import Block, DeviceBuffer, MappedBufferError, plan_arena
-from .ops_linear import nnm_scratch_bytes
+from .ops_linear import scratch_bytes
 from ...profile.records import MemoryReport, OpRecord, ProfileReport
 from .programs import program_cache
 
@@ -159,7 +159,7 @@ class OpenCLBackend(Backend):
         blocks = [Block(root, self._nbytes(root), first, last) for root, (first, last) in spans.items()]
         scratch_sizes = {}
         for index, step in enumerate(steps):
-            need = nnm_scratch_bytes(step.node, graph) if step.node.op in ("Conv", "Gemm") else 0
+            need = scratch_bytes(step.node, graph, self.config) if step.node.op in ("Conv", "Gemm") else 0
             if need:
                 scratch_sizes[step.node.name] = need
                 blocks.append(Block(f"scratch:{step.node.name}", need, index, index))

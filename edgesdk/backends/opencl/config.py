@@ -25,14 +25,15 @@ from .device import DeviceInfo
 CONFIG_ENV = "EDGESDK_OPENCL_CONFIG"
 CONFIG_DIR = data_dir("device_configs")
 
-KERNEL_NAMES = ("conv_gemm", "conv_oc", "conv_direct", "depthwise", "gemm_nt", "matmul", "eltwise", "pool",
-                "reduce", "softmax")
+KERNEL_NAMES = ("conv_gemm", "conv_oc", "conv_direct", "depthwise", "winograd", "winograd_input", "winograd_output",
+                "gemm_nt",
+                "matmul", "eltwise", "pool", "reduce", "softmax")
 MEMORY_MODES = ("zero_copy", "copy")
 FP16_ARITHMETIC = ("auto", "never", "emulate")
 _TOP_KEYS = {"family", "description", "match", "priority", "memory", "weights_storage", "vector_width",
              "fp16_arithmetic", "half_vectors", "kernels"}
 HALF_VECTORS = ("vector", "scalar")
-_KERNEL_KEYS = {"rows", "vectors", "local"}
+_KERNEL_KEYS = {"rows", "vectors", "local", "min_k", "min_tiles"}
 
 
 class DeviceConfigError(EdgeSDKError):
@@ -44,6 +45,8 @@ class KernelTuning:
     rows: int = 4  # output rows (channels) per work-item
     vectors: int = 1  # vectors of ``vector_width`` pixels per work-item
     local: tuple[int, ...] | None = None  # work-group size; None lets the driver choose
+    min_k: int | None = None  # conv_oc, winograd: least reduction C*KH*KW (see ops_linear, ops_winograd)
+    min_tiles: int | None = None  # winograd: least 2x2 output tiles; None: no Winograd (ops_winograd)
 
 
 @dataclass(frozen=True)
@@ -173,4 +176,9 @@ def _tuning(name: str, raw: dict[str, Any], fail) -> KernelTuning:
         if not (isinstance(local, list) and 1 <= len(local) <= 3 and all(isinstance(v, int) and v >= 1 for v in local)):
             raise fail(f"kernel {name!r}: local must be null or 1-3 positive integers, got {raw.get('local')!r}")
         local = tuple(local)
-    return KernelTuning(rows=rows, vectors=vectors, local=local)
+    thresholds = {}
+    for key in ("min_k", "min_tiles"):
+        value = thresholds[key] = raw.get(key)
+        if not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)):
+            raise fail(f"kernel {name!r}: {key} must be null or a positive integer, got {value!r}")
+    return KernelTuning(rows=rows, vectors=vectors, local=local, **thresholds)

@@ -105,10 +105,27 @@ class LoweringContext:
         (exactly what the reference's fp16 model computes with). ``transpose`` / ``axes`` store
         the array transposed (a layout some kernels vectorise better)."""
         axes = axes if axes is not None else ((1, 0) if transpose else None)
-        key = (name, str(axes or ""))
+        if axes is None:
+            return self.packed(name, "", lambda values: values)
+        return self.packed(name, str(axes), lambda values: np.ascontiguousarray(values.transpose(axes)))
+
+    def packed(self, name: str, layout: str, pack: Callable[[np.ndarray], np.ndarray], kind: str = "dense"
+               ) -> tuple[DeviceBuffer, bool]:
+        """:meth:`dense` with the values rearranged (or transformed) by ``pack`` first; ``pack``
+        gets and returns arrays of the storage dtype (float16 or float32), and the result is
+        cached per (name, layout). ``kind`` prefixes the weight record (``dense-fp16``...)."""
+        key = (name, layout)
         hit = self.weight_cache.get(key)
         if hit is not None:
             return hit
+        values = self._dense_values(name)
+        values = np.ascontiguousarray(pack(values))
+        half = values.dtype == np.float16
+        buffer = self.upload(name, f"{kind}-fp16" if half else f"{kind}-fp32", values)
+        self.weight_cache[key] = (buffer, half)
+        return buffer, half
+
+    def _dense_values(self, name: str) -> np.ndarray:
         tensor = self.graph.tensors[name]
         enc = tensor.encoding
         if enc is not None and enc.kind == "fp16":
@@ -121,12 +138,7 @@ class LoweringContext:
                 raise NotLowerable(f"constant {name!r} has dtype {values.dtype}")
             if self.precision == "fp16":
                 values = values.astype(np.float16)
-        if axes is not None:
-            values = np.ascontiguousarray(values.transpose(axes))
-        half = values.dtype == np.float16
-        buffer = self.upload(name, "dense-fp16" if half else "dense-fp32", values)
-        self.weight_cache[key] = (buffer, half)
-        return buffer, half
+        return values
 
     def small_float(self, name: str, kind: str, values: np.ndarray) -> DeviceBuffer:
         """A small float32 table derived from constants (codebooks, BatchNorm scale/shift)."""

@@ -1,8 +1,11 @@
 """Conv, Gemm and MatMul lowerings, dense and compressed (clustered, sparse CSR, NNM).
 
-Kernel choice for dense weights: a 1x1 / stride-1 / unpadded / ungrouped Conv is a GEMM
-(``conv_gemm``); every other Conv runs ``conv_direct`` (depthwise with its own tuning); Gemm runs
-``gemm_nt`` (one batch row per work-item when M == 1: the GEMV path). Compressed weights stay in
+Kernel choice for dense weights: a 3x3 / stride-1 / undilated / ungrouped Conv with enough
+channels and output tiles runs Winograd F(2x2, 3x3) (``ops_winograd``); an ungrouped Conv that
+:func:`_channel_vectorised` picks runs ``conv_oc`` (vectors along output channels); any other
+1x1 / stride-1 / unpadded / ungrouped Conv is a GEMM (``conv_gemm``); every other Conv runs
+``conv_direct`` (depthwise with its own tuning); Gemm runs ``gemm_nt`` (one batch row per
+work-item when M == 1: the GEMV path). Compressed weights stay in
 their stored form on the device: clustered layers go through ``conv_direct`` reading indices and
 codebook, CSR layers through ``conv_csr``, NNM layers through a centroid convolution into a
 scratch tensor plus ``nnm_gather``. Gemm with compressed weights is run as a 1x1 convolution.
@@ -15,8 +18,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ...graph import Node
+from .config import DeviceConfig
 from .kernels import (DeviceBuffer, Launch, LoweringContext, NotLowerable, activation_defines, ceil_div,
                       kernel, storage_defines)
+from .ops_winograd import scratch_bytes as winograd_scratch_bytes
+from .ops_winograd import winograd_applies, winograd_launches
 
 
 @dataclass(frozen=True)
@@ -113,9 +119,10 @@ def conv_launches(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: Devic
         return [_clustered(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
     if kind == "sparse_csr":
         return [_csr(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
+    if winograd_applies(ctx.config, geom, kind):
+        return winograd_launches(ctx, node, geom, x, x_half, y, y_half, epilogue)
     if _channel_vectorised(ctx, geom):
-        w, w_half = ctx.dense(w_name, axes=(2, 3, 1, 0))
-        return [_conv_oc(ctx, geom, x, x_half, w, w_half, y, y_half, epilogue)]
+        return [_conv_oc(ctx, geom, x, x_half, w_name, y, y_half, epilogue)]
     w, w_half = ctx.dense(w_name)
     return [dense_conv(ctx, geom, x, x_half, w, w_half, y, y_half, epilogue)]
 
@@ -124,24 +131,47 @@ def _lane_use(extent: int, tile: int) -> float:
     return extent / (-(-extent // tile) * tile)
 
 
+def _oc_block(ctx: LoweringContext, geom: ConvGeometry) -> int:
+    """Output channels per ``conv_oc`` work-item: ``vectors`` vectors, fewer when OC is smaller."""
+    return ctx.vec * min(ctx.config.tuning("conv_oc").vectors, ceil_div(geom.oc, ctx.vec))
+
+
 def _channel_vectorised(ctx: LoweringContext, geom: ConvGeometry) -> bool:
-    """Whether ``conv_oc`` (vectors along output channels) beats the pixel-vectorised kernels:
-    it needs OC % VEC == 0 and one group, and wins when rows are short or, for 1x1 layers, when
-    the pixel count leaves many lanes of the GEMM tiles idle."""
-    if geom.groups != 1 or geom.oc % ctx.vec:
+    """Whether ``conv_oc`` (vectors along output channels) beats the pixel-vectorised kernels.
+    It needs one group and output channels that fill most lanes of its channel blocks. Then it
+    runs every conv whose reduction C*KH*KW reaches the device's ``min_k`` (on CPUs its register
+    tile wins wherever the reduction amortises its scattered stores: 3x3 layers of >= 16
+    channels, 1x1 layers of >= 128; below that the pixel-vectorised kernels store whole vectors
+    and win), and otherwise the layers the pixel-vectorised kernels handle badly: short rows, or
+    for 1x1 layers a pixel count that leaves many lanes of the GEMM tiles idle."""
+    if geom.groups != 1 or _lane_use(geom.oc, _oc_block(ctx, geom)) < 0.8:
         return False
+    min_k = ctx.config.tuning("conv_oc").min_k
+    if min_k is not None and geom.c * geom.kh * geom.kw >= min_k:
+        return True
     if geom.is_pointwise:
         return _lane_use(geom.h * geom.w, ctx.vec * ctx.config.tuning("conv_gemm").vectors) < 0.9
     return geom.ow < 2 * ctx.vec or _lane_use(geom.ow, ctx.vec) < 0.9
 
 
-def _conv_oc(ctx: LoweringContext, geom: ConvGeometry, x: DeviceBuffer, x_half: bool, w: DeviceBuffer,
-             w_half: bool, y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
+def pack_oc_blocks(w: np.ndarray, block: int) -> np.ndarray:
+    """(OC, C, KH, KW) weights -> (ceil(OC / block), KH, KW, C, block), zero past OC: the
+    contiguous per-block stream ``conv_oc`` reads."""
+    oc, c, kh, kw = w.shape
+    blocks = ceil_div(oc, block)
+    padded = np.zeros((blocks * block, c, kh, kw), w.dtype)
+    padded[:oc] = w
+    return padded.reshape(blocks, block, c, kh, kw).transpose(0, 3, 4, 2, 1)
+
+
+def _conv_oc(ctx: LoweringContext, geom: ConvGeometry, x: DeviceBuffer, x_half: bool, w_name: str,
+             y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
     t = ctx.config.tuning("conv_oc")
-    vectors = min(t.vectors, geom.oc // ctx.vec)
+    block = _oc_block(ctx, geom)
+    w, w_half = ctx.packed(w_name, f"oc-blocks-{block}", lambda values: pack_oc_blocks(values, block))
     defines = {"CONV_OC": 1, **geom.defines(), **storage_defines(X=x_half, W=w_half, Y=y_half),
-               **epilogue.defines(), "PIX": t.rows, "NV": vectors}
-    size = (ceil_div(geom.oh * geom.ow, t.rows), ceil_div(geom.oc, ctx.vec * vectors), geom.n)
+               **epilogue.defines(), "PIX": t.rows, "NV": block // ctx.vec}
+    size = (ceil_div(geom.oh * geom.ow, t.rows), ceil_div(geom.oc, block), geom.n)
     return ctx.launch("conv.cl", "conv_oc", defines, [x, w, epilogue.bias or ctx.dummy, y], size, "conv_oc")
 
 
@@ -213,6 +243,20 @@ def _csr(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer,
     size = (ceil_div(geom.ow, ctx.vec) * geom.oh, geom.oc, geom.n)
     args = [x, row_ptr, deltas, values, table, epilogue.bias or ctx.dummy, y]
     return ctx.launch("sparse.cl", "conv_csr", defines, args, size, "conv_direct")
+
+
+def scratch_bytes(node: Node, graph, config: DeviceConfig) -> int:
+    """Bytes of scratch a Conv or Gemm node needs in the arena while it runs: the centroid
+    tensor of an NNM layer, the transformed input of a Winograd layer, else 0."""
+    need = nnm_scratch_bytes(node, graph)
+    if need or node.op != "Conv" or not graph.tensors[node.inputs[1]].is_constant:
+        return need
+    x_shape, y_shape = graph.tensors[node.inputs[0]].shape, graph.tensors[node.outputs[0]].shape
+    if len(x_shape) != 4:
+        return 0
+    geom = ConvGeometry.of(node, x_shape, y_shape)
+    enc = graph.tensors[node.inputs[1]].encoding
+    return winograd_scratch_bytes(config, geom) if winograd_applies(config, geom, enc.kind if enc else "dense") else 0
 
 
 def nnm_scratch_bytes(node: Node, graph) -> int:
