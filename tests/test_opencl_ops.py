@@ -311,9 +311,8 @@ def test_winograd(case: str, forced) -> None:
         check(model, rand(*x_shape), "fp16")
 
 
-@pytest.mark.parametrize("act,attrs", [("HardSwish", {}), ("LeakyRelu", {"alpha": 0.2})])
-@pytest.mark.parametrize("force", ["oc", "winograd"])
-def test_fused_activation_conv_oc_winograd(act: str, attrs: dict, force: str, forced) -> None:
+@pytest.mark.parametrize("force,act,attrs", [("oc", "HardSwish", {}), ("winograd", "LeakyRelu", {"alpha": 0.2})])
+def test_fused_activation_conv_oc_winograd(force: str, act: str, attrs: dict, forced) -> None:
     forced(FORCE_OC if force == "oc" else FORCE_WINOGRAD)
     sess = check(_conv_act_model(act, oc=8, **attrs), rand(1, 3, 8, 8) * 2)
     assert [n.op for n in sess.graph.nodes] == ["Conv"]
@@ -362,10 +361,35 @@ def test_kernel_choice_on_resnet_and_mobilenet_shapes(monkeypatch) -> None:
         assert winograd_applies(pocl, geom, "dense") and winograd_applies(pocl, geom, "fp16")
         assert not winograd_applies(pocl, geom, "clustered")
     for geom in (conv(64, 56, 128, s=2), conv(3, 224, 64, k=7, s=2), conv(3, 224, 32, s=2), conv(64, 56, 128, k=1),
-                 conv(32, 112, 32, g=32), conv(512, 3, 512)):  # strided, stem, C = 3, 1x1, depthwise, 4 tiles
+                 conv(32, 112, 32, g=32), conv(512, 3, 512), conv(64, 512, 64)):
+        # strided, stem, C = 3, 1x1, depthwise, 4 tiles, 512 MiB of scratch
         assert not winograd_applies(pocl, geom, "dense")
     assert _channel_vectorised(Ctx, conv(64, 56, 128, s=2)) and _channel_vectorised(Ctx, conv(3, 224, 64, k=7, s=2))
     assert _channel_vectorised(Ctx, conv(384, 14, 64, k=1))  # 1x1 with a long reduction
     assert not _channel_vectorised(Ctx, conv(3, 224, 32, s=2))  # K = 27: conv_direct
     assert not _channel_vectorised(Ctx, conv(24, 56, 144, k=1))  # short 1x1 reduction: conv_gemm
     assert not _channel_vectorised(Ctx, conv(144, 56, 24, k=1))  # 24 channels fill 75% of 16-lane blocks
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_winograd_weight_transform(dtype) -> None:
+    """U = G g G^T, packed (16, OC blocks, C, block), zero past OC, rounded once to the storage type."""
+    from edgesdk.backends.opencl.ops_winograd import G, transform_weights
+    w = rand(13, 5, 3, 3).astype(dtype)
+    u = transform_weights(w, 8)
+    assert u.dtype == dtype and u.shape == (16, 2, 5, 8) and u.flags.c_contiguous
+    expected = np.einsum("ai,ocij,bj->abco", G, w.astype(np.float64), G).reshape(16, 5, 13).astype(dtype)
+    assert np.array_equal(u.transpose(0, 2, 1, 3).reshape(16, 5, 16)[:, :, :13], expected)
+    assert not u[:, 1, :, 5:].any()
+
+
+@pytest.mark.parametrize("family", ["generic", "adreno-6xx", "intel-igpu", "mali-bifrost"])
+def test_winograd_with_gpu_family_tunings(family: str) -> None:
+    """The GPU families' Winograd tiles and work-groups (float4 / float8, one vector of channels),
+    on a layer past their thresholds (C*9 >= 288, >= 64 tiles), run on this device."""
+    from edgesdk.backends.opencl import config as cl_config
+    model, x_shape = _conv_model(dict(x=(1, 32, 16, 15), w=(16, 32, 3, 3), pads=[1, 1, 1, 1]))
+    backend = OpenCLBackend(edgesdk.Session(model).plan, config=cl_config.CONFIG_DIR / f"{family}.yaml")
+    assert {launch.name for step in backend._steps for launch in step.launches} >= {"winograd_gemm"}
+    x = rand(*x_shape)
+    assert_close(backend.run({"x": x})["y"], edgesdk.Session(model).run({"x": x})["y"], 1e-4)

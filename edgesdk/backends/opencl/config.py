@@ -33,7 +33,7 @@ FP16_ARITHMETIC = ("auto", "never", "emulate")
 _TOP_KEYS = {"family", "description", "match", "priority", "memory", "weights_storage", "vector_width",
              "fp16_arithmetic", "half_vectors", "kernels"}
 HALF_VECTORS = ("vector", "scalar")
-_KERNEL_KEYS = {"rows", "vectors", "local", "min_k", "min_tiles"}
+_KERNEL_KEYS = {"rows", "vectors", "local", "min_k", "min_tiles", "max_scratch_mb"}
 
 
 class DeviceConfigError(EdgeSDKError):
@@ -47,6 +47,7 @@ class KernelTuning:
     local: tuple[int, ...] | None = None  # work-group size; None lets the driver choose
     min_k: int | None = None  # conv_oc, winograd: least reduction C*KH*KW (see ops_linear, ops_winograd)
     min_tiles: int | None = None  # winograd: least 2x2 output tiles; None: no Winograd (ops_winograd)
+    max_scratch_mb: int | None = None  # winograd: most MiB of scratch (transformed tiles) per layer
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ def _tuning(name: str, raw: dict[str, Any], fail) -> KernelTuning:
             raise fail(f"kernel {name!r}: local must be null or 1-3 positive integers, got {raw.get('local')!r}")
         local = tuple(local)
     thresholds = {}
-    for key in ("min_k", "min_tiles"):
+    for key in ("min_k", "min_tiles", "max_scratch_mb"):
         value = thresholds[key] = raw.get(key)
         if not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)):
             raise fail(f"kernel {name!r}: {key} must be null or a positive integer, got {value!r}")

@@ -3,16 +3,18 @@
 A 3x3 / stride-1 / undilated / ungrouped convolution with dense weights runs as an input
 transform into a scratch block of the arena (``winograd_input``), the 16 transformed-domain GEMMs
 (``winograd_gemm``) and the output transform with bias and activation (``winograd_output``):
-2.25x fewer products than the direct kernels, for 4 floats of scratch per input and per output
-value (planned in the arena like every activation, so the profile's peak memory includes it). The weights are transformed once, at session creation, from
-the values the direct kernels would use (rounded to half first in fp16 mode).
+2.25x fewer products than the direct kernels. The scratch holds 4 floats per input and per output
+value and is planned in the arena like every activation (the profile's peak memory includes it).
+The weights are transformed once, at session creation, from the values the direct kernels would
+use (rounded to half first in fp16 mode); they take 16/9 of the direct kernels' bytes.
 
 Whether a layer takes this path is :func:`winograd_applies`, from the device's ``winograd``
 tunables: the reduction C*9 must reach ``min_k`` (the transforms cost the same per input value
-whatever the channel count) and the layer must have at least ``min_tiles`` 2x2 output tiles
-(each transformed weight, 16/9 as many as the direct kernels read, is reused once per tile; with
-few tiles, e.g. 7x7 maps, streaming them costs more than the products saved). ``min_tiles: null``
-turns the path off.
+whatever the channel count, so few channels leave little to save) and the layer must have at
+least ``min_tiles`` 2x2 output tiles (each transformed weight is read once per ``rows`` tiles;
+with very few tiles streaming the larger weights costs more than the products saved), and its
+scratch must stay within ``max_scratch_mb`` (it grows with the feature maps: 4 floats per input
+and output value, 0.5 GB for a 64-channel 512x512 layer). ``min_tiles: null`` turns the path off.
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ def winograd_applies(config: DeviceConfig, geom, weight_kind: str) -> bool:
         return False
     block = oc_block(config, geom.oc)
     if geom.oc / (ceil_div(geom.oc, block) * block) < 0.8:  # as conv_oc: most lanes busy
+        return False
+    if t.max_scratch_mb is not None and scratch_bytes(config, geom) > t.max_scratch_mb * 2 ** 20:
         return False
     return geom.c * 9 >= (t.min_k or 1) and tiles(geom.n, geom.oh, geom.ow)[2] >= t.min_tiles
 
