@@ -57,6 +57,12 @@ class ConvGeometry:
         return (self.kh, self.kw, self.sh, self.sw, self.pt, self.pl, self.groups) == (1, 1, 1, 1, 0, 0, 1)
 
     @property
+    def all_interior(self) -> bool:
+        """No tap of any output pixel reaches the padding (1x1 unpadded convs, 'valid' convs)."""
+        return (self.pt == 0 and self.pl == 0 and (self.oh - 1) * self.sh + (self.kh - 1) * self.dh < self.h
+                and (self.ow - 1) * self.sw + (self.kw - 1) * self.dw < self.w)
+
+    @property
     def is_depthwise(self) -> bool:
         return self.groups == self.c and self.groups > 1
 
@@ -170,7 +176,7 @@ def _conv_oc(ctx: LoweringContext, geom: ConvGeometry, x: DeviceBuffer, x_half: 
     block = _oc_block(ctx, geom)
     w, w_half = ctx.packed(w_name, f"oc-blocks-{block}", lambda values: pack_oc_blocks(values, block))
     defines = {"CONV_OC": 1, **geom.defines(), **storage_defines(X=x_half, W=w_half, Y=y_half),
-               **epilogue.defines(), "PIX": t.rows, "NV": block // ctx.vec}
+               **epilogue.defines(), "PIX": t.rows, "NV": block // ctx.vec, "ALL_INTERIOR": int(geom.all_interior)}
     size = (ceil_div(geom.oh * geom.ow, t.rows), ceil_div(geom.oc, block), geom.n)
     return ctx.launch("conv.cl", "conv_oc", defines, [x, w, epilogue.bias or ctx.dummy, y], size, "conv_oc")
 

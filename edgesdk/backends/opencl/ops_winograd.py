@@ -24,7 +24,7 @@ from ...graph import Node
 from .config import DeviceConfig
 from .kernels import DeviceBuffer, Launch, LoweringContext, ceil_div, storage_defines
 
-# U = G g G^T maps a 3x3 filter g to the 4x4 Winograd domain (see _g_times).
+# U = G g G^T maps a 3x3 filter g to the 4x4 Winograd domain (see transform_weights).
 G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
 
@@ -69,20 +69,20 @@ def scratch_bytes(config: DeviceConfig, geom) -> int:
     return (_m_offset(geom) + 16 * tiles(geom.n, geom.oh, geom.ow)[2] * padded_oc) * 4
 
 
-def _g_times(a: np.ndarray, axis: int) -> np.ndarray:
-    """G applied along ``axis`` (length 3 -> 4): g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2."""
-    g0, g1, g2 = (np.take(a, i, axis=axis) for i in range(3))
-    return np.stack([g0, (g0 + g1 + g2) * 0.5, (g0 - g1 + g2) * 0.5, g2], axis=axis)
-
-
 def transform_weights(w: np.ndarray, block: int) -> np.ndarray:
     """(OC, C, 3, 3) -> U = G g G^T packed (16, ceil(OC / block), C, block), zero past OC, in w's
-    dtype (computed in float64 from the stored values, rounded once)."""
+    dtype. G g G^T is computed in float32 (each entry is a sum of at most nine weights scaled by
+    1, 1/2 or 1/4), within float32 rounding of the exact value, then stored in w's dtype."""
     oc, c = w.shape[:2]
     blocks = ceil_div(oc, block)
-    u = np.zeros((blocks * block, c, 4, 4))
-    u[:oc] = _g_times(_g_times(w.astype(np.float64), 2), 3)
-    return np.ascontiguousarray(u.reshape(blocks, block, c, 16).transpose(3, 0, 2, 1), dtype=w.dtype)
+    f = w.astype(np.float32, copy=False)
+    r0, r1, r2 = f[:, :, 0, :], f[:, :, 1, :], f[:, :, 2, :]
+    out = np.zeros((16, blocks * block, c), w.dtype)
+    for a, t in enumerate((r0, (r0 + r1 + r2) * 0.5, (r0 - r1 + r2) * 0.5, r2)):  # G g, row a
+        c0, c1, c2 = t[:, :, 0], t[:, :, 1], t[:, :, 2]
+        for b, plane in enumerate((c0, (c0 + c1 + c2) * 0.5, (c0 - c1 + c2) * 0.5, c2)):  # (G g) G^T, column b
+            out[a * 4 + b, :oc] = plane
+    return np.ascontiguousarray(out.reshape(16, blocks, block, c).transpose(0, 1, 3, 2))
 
 
 def winograd_launches(ctx: LoweringContext, node: Node, geom, x: DeviceBuffer, x_half: bool, y: DeviceBuffer,
