@@ -9,12 +9,14 @@
 // under qemu-aarch64) by tests/test_native_kernels.py.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -833,6 +835,48 @@ void measure_f16_gemm(const KernelTable& t) {
 }
 
 // ---- thread pool ----------------------------------------------------------------------------
+// The spin/sleep hand-off: thousands of back-to-back jobs (a worker still finishing the previous
+// one when the next is published), jobs after the workers fell asleep, pools that always sleep
+// (spin 0) or always spin, nested calls (inline) and several callers at once (serialised).
+void test_pool_handoff(Family& fam) {
+  const auto expect = [&](bool ok, const std::string& what) {
+    ++fam.cases;
+    if (!ok && fam.failure.empty()) fam.failure = what;
+  };
+  for (uint64_t spin_ns : {uint64_t{0}, uint64_t{200000}}) {
+    for (size_t workers : {1, 3}) {
+      ThreadPool pool(workers, spin_ns);
+      std::atomic<size_t> sum{0};
+      size_t want = 0;
+      for (size_t job = 0; job < 3000; ++job) {
+        const size_t n = 1 + job % 7, threads = 2 + job % (workers + 1);
+        pool.parallel_for(n, threads, [&](size_t b, size_t e) {
+          for (size_t i = b; i < e; ++i) sum.fetch_add(i + 1, std::memory_order_relaxed);
+        }, job % 2 ? Partition::Dynamic : Partition::Static);
+        want += n * (n + 1) / 2;
+        if (job % 1000 == 999) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers asleep
+      }
+      expect(sum.load() == want, "back-to-back jobs: sum " + std::to_string(sum.load()) + " != " +
+                                     std::to_string(want) + " (spin " + std::to_string(spin_ns) + " ns)");
+      std::atomic<size_t> nested{0};
+      pool.parallel_for(4, workers + 1, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i)
+          pool.parallel_for(5, workers + 1, [&](size_t b2, size_t e2) { nested.fetch_add(e2 - b2); });
+      });
+      expect(nested.load() == 20, "nested parallel_for visited " + std::to_string(nested.load()) + " of 20");
+      std::atomic<size_t> concurrent{0};
+      std::vector<std::thread> callers;
+      for (int c = 0; c < 3; ++c)
+        callers.emplace_back([&] {
+          for (int job = 0; job < 300; ++job)
+            pool.parallel_for(9, workers + 1, [&](size_t b, size_t e) { concurrent.fetch_add(e - b); });
+        });
+      for (auto& t : callers) t.join();
+      expect(concurrent.load() == 3 * 300 * 9, "concurrent callers visited " + std::to_string(concurrent.load()));
+    }
+  }
+}
+
 void test_thread_pool() {
   Family fam{"thread_pool", "any"};
   for (Partition part : {Partition::Static, Partition::Dynamic})
@@ -848,6 +892,7 @@ void test_thread_pool() {
           if (hits[i] != 1 && fam.failure.empty())
             fam.failure = "index " + std::to_string(i) + " visited " + std::to_string(hits[i].load()) + " times";
       }
+  test_pool_handoff(fam);
   report(fam);
 }
 

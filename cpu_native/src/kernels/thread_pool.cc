@@ -1,13 +1,66 @@
 #include "kernels/thread_pool.h"
 
+#include <chrono>
+#include <cstdlib>
 #include <memory>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace edgesdk::kernels {
 namespace {
+
 thread_local bool t_inside_task = false;
+
+using Clock = std::chrono::steady_clock;
+
+// Tells the core this is a spin loop (frees pipeline resources for a sibling hyperthread and
+// saves power) without giving up the time slice.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
 }
 
-ThreadPool::ThreadPool(size_t workers) {
+// Waits for done() by spinning until the deadline; true when done() came first. For the first
+// few microseconds (the gap between two layers' jobs) it polls with a CPU pause; after that it
+// yields the core at each poll, so that when there are more runnable threads than cores (another
+// process, or a session with more threads than the machine has) the thread it waits for gets to
+// run instead of this one burning the time slice. The clock is read every 64 polls only.
+template <class Done>
+bool spin_until(Clock::time_point deadline, Done done) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point hot_end = start + std::chrono::microseconds(20) < deadline
+                                        ? start + std::chrono::microseconds(20) : deadline;
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+    if ((i & 63) == 0 && Clock::now() >= hot_end) break;
+    cpu_relax();
+  }
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return done();
+}
+
+}  // namespace
+
+uint64_t spin_nanoseconds() {
+  static const uint64_t ns = [] {
+    const char* text = std::getenv("EDGESDK_CPU_SPIN_US");
+    if (text == nullptr || *text == '\0') return uint64_t{1000} * 1000;
+    char* end = nullptr;
+    const unsigned long long us = std::strtoull(text, &end, 10);
+    return (end != nullptr && *end == '\0') ? uint64_t{us} * 1000 : uint64_t{1000} * 1000;
+  }();
+  return ns;
+}
+
+ThreadPool::ThreadPool(size_t workers, uint64_t spin_ns) : spin_ns_(spin_ns) {
   workers_.reserve(workers);
   for (size_t i = 0; i < workers; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -15,7 +68,7 @@ ThreadPool::ThreadPool(size_t workers) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    state_.store(kStop, std::memory_order_release);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -23,9 +76,10 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::run_share(size_t participant) {
   const auto& fn = *fn_;
+  const size_t participants = participants_of(state_.load(std::memory_order_relaxed));
   if (partition_ == Partition::Static) {
-    const size_t begin = n_ * participant / participants_;
-    const size_t end = n_ * (participant + 1) / participants_;
+    const size_t begin = n_ * participant / participants;
+    const size_t end = n_ * (participant + 1) / participants;
     if (begin < end) fn(begin, end);
     return;
   }
@@ -36,19 +90,33 @@ void ThreadPool::run_share(size_t participant) {
   }
 }
 
+void ThreadPool::finish_share() {
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // The lock orders this notify after a caller that found pending_ > 0 has started waiting.
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_.notify_one();
+  }
+}
+
 void ThreadPool::worker_loop(size_t index) {
   t_inside_task = true;
-  size_t seen = 0;
+  uint64_t seen = 0;
+  // A worker spins only for spin_ns_ after its last share: one left out of the jobs (a session
+  // with fewer threads than the pool has workers) soon sleeps instead of burning a core.
+  Clock::time_point spin_end = Clock::now();
   for (;;) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-    if (stop_) return;
-    seen = generation_;
-    const bool takes_part = index + 1 < participants_;  // participant 0 is the caller
-    lock.unlock();
-    if (takes_part) run_share(index + 1);
-    lock.lock();
-    if (takes_part && --pending_ == 0) done_.notify_one();
+    const auto changed = [&] { return state_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(spin_end, changed)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, changed);
+    }
+    seen = state_.load(std::memory_order_acquire);
+    if (seen == kStop) return;
+    if (index + 1 < participants_of(seen)) {  // participant 0 is the caller
+      run_share(index + 1);
+      finish_share();
+      spin_end = Clock::now() + std::chrono::nanoseconds(spin_ns_);
+    }
   }
 }
 
@@ -57,28 +125,33 @@ void ThreadPool::parallel_for(size_t n, size_t threads, const std::function<void
   if (n == 0) return;
   size_t participants = threads < workers_.size() + 1 ? threads : workers_.size() + 1;
   if (participants > n) participants = n;
+  if (participants > 0xffff) participants = 0xffff;
   if (participants <= 1 || t_inside_task) {
     fn(0, n);
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mutex_);
+  fn_ = &fn;
+  n_ = n;
+  partition_ = partition;
+  chunk_ = chunk == 0 ? 1 : chunk;
+  next_.store(0, std::memory_order_relaxed);
+  pending_.store(participants - 1, std::memory_order_relaxed);
   {
+    // Published under the lock so a worker between its last check and its sleep cannot miss it.
     std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = &fn;
-    n_ = n;
-    participants_ = participants;
-    partition_ = partition;
-    chunk_ = chunk == 0 ? 1 : chunk;
-    next_.store(0, std::memory_order_relaxed);
-    pending_ = participants - 1;
-    ++generation_;
+    const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 16) + 1;
+    state_.store((generation << 16) | participants, std::memory_order_release);
   }
-  wake_.notify_all();
+  wake_.notify_all();  // cheap when every worker is spinning (no sleepers, no system call)
   t_inside_task = true;  // nested parallel_for from the caller's own share runs inline
   run_share(0);
   t_inside_task = false;
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return pending_ == 0; });
+  const auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(Clock::now() + std::chrono::nanoseconds(spin_ns_), finished)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, finished);
+  }
   fn_ = nullptr;
 }
 
@@ -91,7 +164,7 @@ ThreadPool& shared_pool(size_t threads) {
   const size_t workers = threads > 1 ? threads - 1 : 0;
   if (!pool || pool->workers() < workers) {
     if (pool) retired.push_back(std::move(pool));
-    pool = std::make_unique<ThreadPool>(workers);
+    pool = std::make_unique<ThreadPool>(workers, spin_nanoseconds());
   }
   return *pool;
 }
