@@ -211,6 +211,17 @@ inline floatV round_to_halfV(floatV v) {
 #ifndef ACT_P1
 #define ACT_P1 0.0f
 #endif
+// The epilogue every conv/FC-like kernel shares: y = ACTIVATE(ALPHA * acc + BETA * bias), bias
+// read only when HAS_BIAS (ALPHA/BETA are Gemm's scalings; 1 for everything else).
+#ifndef ALPHA
+#define ALPHA 1.0f
+#endif
+#ifndef BETA
+#define BETA 1.0f
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
 
 // Works on float and floatV alike (every builtin used is overloaded for vectors).
 #if ACT == ACT_NONE

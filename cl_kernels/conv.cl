@@ -3,17 +3,8 @@
 //
 // Shape constants (-D): N C H W  OC OH OW  KH KW SH SW DH DW PT PL  G CG OCG
 // Tiling: ROWS output channels x VEC (x NVEC) output pixels per work-item.
-// HAS_BIAS, ALPHA/BETA (Gemm scaling: y = ALPHA * acc + BETA * bias).
+// HAS_BIAS, ALPHA/BETA (Gemm scaling: y = ALPHA * acc + BETA * bias; defaults in common.cl).
 
-#ifndef ALPHA
-#define ALPHA 1.0f
-#endif
-#ifndef BETA
-#define BETA 1.0f
-#endif
-#ifndef HAS_BIAS
-#define HAS_BIAS 0
-#endif
 #ifndef NVEC
 #define NVEC 1
 #endif

@@ -156,15 +156,6 @@ __kernel void winograd_gemm(__global float* restrict s, __global const W_T* rest
 #endif
 
 #ifdef WINOGRAD_OUTPUT
-#ifndef ALPHA
-#define ALPHA 1.0f
-#endif
-#ifndef BETA
-#define BETA 1.0f
-#endif
-#ifndef HAS_BIAS
-#define HAS_BIAS 0
-#endif
 // Work-item: one tile x VEC output channels.
 __kernel void winograd_output(__global const float* restrict s, __global const B_T* restrict bias,
                               __global Y_T* restrict y) {
