@@ -134,12 +134,32 @@ static void depthwise_impl(const DepthwiseArgs* a, size_t row_begin, size_t row_
     return;
   }
   Taps taps;
+  // Pixels whose whole window is inside the input (all but a border ring) share one pattern of
+  // tap offsets relative to the window's corner: computed once, not bounds-checked per pixel.
+  const size_t ntaps = a->kh * a->kw;
+  size_t relative[kMaxTaps];
+  for (size_t ky = 0; ky < a->kh; ++ky)
+    for (size_t kx = 0; kx < a->kw; ++kx)
+      relative[ky * a->kw + kx] = (ky * a->dil_h * a->w + kx * a->dil_w) * a->in_stride;
+  const size_t span_h = (a->kh - 1) * a->dil_h, span_w = (a->kw - 1) * a->dil_w;
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;
+    const ptrdiff_t iy0 = static_cast<ptrdiff_t>(oy * a->stride_h) - static_cast<ptrdiff_t>(a->pad_top);
+    const bool row_inside = iy0 >= 0 && static_cast<size_t>(iy0) + span_h < a->h;
     for (size_t ox = 0; ox < a->ow; ++ox) {
       float* out = a->output + ((b * a->oh + oy) * a->ow + ox) * a->out_stride;
-      window_taps(b, oy, ox, a->h, a->w, a->kh, a->kw, a->stride_h, a->stride_w, a->dil_h, a->dil_w, a->pad_top,
-                  a->pad_left, a->in_stride, &taps);
+      const ptrdiff_t ix0 = static_cast<ptrdiff_t>(ox * a->stride_w) - static_cast<ptrdiff_t>(a->pad_left);
+      if (row_inside && ix0 >= 0 && static_cast<size_t>(ix0) + span_w < a->w) {
+        const size_t corner = ((b * a->h + static_cast<size_t>(iy0)) * a->w + static_cast<size_t>(ix0)) * a->in_stride;
+        for (size_t t = 0; t < ntaps; ++t) {
+          taps.in_offset[t] = corner + relative[t];
+          taps.tap[t] = t;
+        }
+        taps.count = ntaps;
+      } else {
+        window_taps(b, oy, ox, a->h, a->w, a->kh, a->kw, a->stride_h, a->stride_w, a->dil_h, a->dil_w, a->pad_top,
+                    a->pad_left, a->in_stride, &taps);
+      }
       if (mult == 1) {
         // Channels in vectors; 4 vectors at once keep 4 independent FMA chains in flight.
         size_t c = 0;
@@ -152,6 +172,12 @@ static void depthwise_impl(const DepthwiseArgs* a, size_t row_begin, size_t row_
             EDGESDK_UNROLL4 for (size_t u = 0; u < 4; ++u) acc[u] = V::fma(V::load(x + u * W), V::load(wt + u * W), acc[u]);
           }
           EDGESDK_UNROLL4 for (size_t u = 0; u < 4; ++u) V::store(out + c + u * W, activate(acc[u], a->act, k));
+        }
+        for (; c + W <= oc_count; c += W) {  // whole vectors: no masks
+          T acc = a->bias != nullptr ? V::load(a->bias + c) : zero;
+          for (size_t t = 0; t < taps.count; ++t)
+            acc = V::fma(V::load(a->input + taps.in_offset[t] + c), V::load(a->weights + taps.tap[t] * oc_count + c), acc);
+          V::store(out + c, activate(acc, a->act, k));
         }
         for (; c < oc_count; c += W) {
           const size_t n = oc_count - c < W ? oc_count - c : W;
