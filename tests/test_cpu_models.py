@@ -188,6 +188,40 @@ def test_bad_inputs_raise_typed_one_line_errors() -> None:
         edgesdk.Session(str(default_model_path()), backend="cpu", threads=0)
 
 
+@pytest.mark.parametrize("value", ["fast", "-5", "1.5"])
+def test_bad_spin_setting_is_one_clear_error(monkeypatch, value: str) -> None:
+    monkeypatch.setenv("EDGESDK_CPU_SPIN_US", value)
+    with pytest.raises(BackendUnavailableError, match="EDGESDK_CPU_SPIN_US.*whole number") as info:
+        edgesdk.Session(str(default_model_path()), backend="cpu")
+    assert "\n" not in str(info.value)
+
+
+def test_never_spinning_pool_gives_the_same_bits(tmp_path: Path) -> None:
+    """EDGESDK_CPU_SPIN_US=0: every hand-off goes through the sleeping path (a fresh process per
+    setting: the native pool reads it once). GEMMs big enough to split over 2 threads, back to back."""
+    code = (
+        "import sys, numpy as np\n"
+        "from edgesdk._native import kernels as k\n"
+        "rng = np.random.default_rng(0)\n"
+        "a = rng.random((300, 256), dtype=np.float32); w = rng.random((200, 256), dtype=np.float32)\n"
+        "packed = k.pack_gemm(w, None, 'nk', False)\n"
+        "outs = []\n"
+        "for _ in range(200):\n"
+        "    out = np.empty((300, 200), np.float32); k.gemm(a, packed, out, 'relu', None, None, 2); outs.append(out)\n"
+        "assert all(np.array_equal(o, outs[0]) for o in outs)\n"
+        "np.save(sys.argv[1], outs[0])\n")
+    results = []
+    for spin in ("0", "1000"):
+        target = tmp_path / f"spin{spin}.npy"
+        env = {**os.environ, "EDGESDK_CPU_SPIN_US": spin}
+        subprocess.run([sys.executable, "-c", code, str(target)], env=env, check=True, timeout=120)
+        results.append(np.load(target))
+    assert np.array_equal(results[0], results[1])
+    rng = np.random.default_rng(0)
+    a, w = rng.random((300, 256), dtype=np.float32), rng.random((200, 256), dtype=np.float32)
+    np.testing.assert_allclose(results[0], np.maximum(a @ w.T, 0), rtol=1e-4)
+
+
 def test_missing_extension_makes_the_backend_unavailable(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "edgesdk._native", None)  # importing it raises ImportError
     with pytest.raises(BackendUnavailableError, match="cpu.*unavailable.*pip install"):

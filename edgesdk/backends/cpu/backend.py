@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -20,6 +21,16 @@ from ..reference import ReferenceBackend
 from .ops import LOWERINGS
 from .program import Builder, Slot, Views, aligned_empty, assign_offsets
 from .threads import physical_cores
+
+
+def _check_spin_setting() -> None:
+    """EDGESDK_CPU_SPIN_US (read by the native thread pool) must be a whole number of microseconds:
+    the pool would otherwise fall back to its default without a word."""
+    value = os.environ.get("EDGESDK_CPU_SPIN_US", "")
+    if value and not value.isdigit():
+        raise BackendUnavailableError(f"EDGESDK_CPU_SPIN_US={value!r} is not a whole number of microseconds "
+                                      "(how long idle worker threads spin before sleeping); set e.g. 1000, "
+                                      "0 to never spin, or unset it")
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,7 @@ class CPUBackend(Backend):
         if precision not in PRECISIONS:
             raise BackendUnavailableError(f"cpu backend: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
         self.thread_count = threads if threads is not None else physical_cores()
+        _check_spin_setting()
         from ... import _native
         self.isa: str = _native.kernels.active_isa()
         graph = plan.graph
