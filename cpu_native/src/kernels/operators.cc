@@ -121,12 +121,13 @@ void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, floa
   const MinMax clamp = clamp_part(act);
   const bool post = needs_post_pass(act);
   // Tiles: row blocks of 16 microtiles (A block ~ in L2 while its panels stream by), and the
-  // panels split further only when there are too few row blocks to feed every thread.
+  // panels split further when there are too few row blocks for 8 per thread (dynamic scheduling
+  // then loses at most one unit in 8 to the imbalance of the last ones).
   const size_t mb = mr * 16;
   const size_t m_tiles = div_up(m, mb);
   const size_t panels = w.panel_count();
   size_t n_tiles = 1;
-  if (threads > 1 && m_tiles < 4 * threads) n_tiles = min_size(panels, div_up(4 * threads, m_tiles));
+  if (threads > 1 && m_tiles < 8 * threads) n_tiles = min_size(panels, div_up(8 * threads, m_tiles));
   const size_t panels_per_tile = div_up(panels, n_tiles);
   n_tiles = div_up(panels, panels_per_tile);
 
@@ -292,7 +293,7 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
   const size_t tiles_per_unit = 8;
   const size_t pixel_units = div_up(tiles, tiles_per_unit);
   size_t panel_units = 1;
-  if (threads > 1 && pixel_units < 4 * threads) panel_units = min_size(panels, div_up(4 * threads, pixel_units));
+  if (threads > 1 && pixel_units < 8 * threads) panel_units = min_size(panels, div_up(8 * threads, pixel_units));
   const size_t panels_per_unit = div_up(panels, panel_units);
   panel_units = div_up(panels, panels_per_unit);
   const float* const* ind = indirection_.data();
