@@ -7,10 +7,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 # OpenCL (PoCL CPU driver + ICD loader) for the opencl backend, a C++ toolchain and CMake for the
 # native module, an aarch64 cross toolchain + qemu to check the NEON/aarch64 code paths, an OpenSSH
-# server/client for the remote-board tests and headless Chromium to render the HTML reports.
+# server/client for the remote-board tests, headless Chromium to render the HTML reports, and Bochs
+# (an emulated AVX-512 PC) with xorriso + isolinux to boot the AVX-512 kernel checks.
 APT_PACKAGES := build-essential cmake python3-dev python3-venv pocl-opencl-icd ocl-icd-libopencl1 \
                 ocl-icd-opencl-dev opencl-headers clinfo oclgrind g++-aarch64-linux-gnu qemu-user \
-                openssh-server openssh-client chromium-headless-shell
+                openssh-server openssh-client chromium-headless-shell bochs bochsbios vgabios xorriso \
+                isolinux syslinux-common
 PYTEST_ARGS ?=
 NATIVE_SOURCES := $(shell find cpu_native -type f 2>/dev/null) CMakeLists.txt
 
