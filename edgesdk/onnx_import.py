@@ -406,8 +406,13 @@ def _batch_norm(imp, name, inputs, outputs, attrs):
                                     f"export the model in eval mode")
     if len(imp.shape(inputs[0])) < 2:
         raise UnsupportedModelError(f"node {name!r}: BatchNormalization needs an input with a channel axis")
+    channels = imp.shape(inputs[0])[1]
     for i, what in zip(range(1, 5), ("scale", "bias", "mean", "variance")):
-        imp.constant_input(name, inputs, i, f"BatchNormalization {what}")
+        value = imp.constant_input(name, inputs, i, f"BatchNormalization {what}")
+        if value is None or value.shape != (channels,):
+            got = "missing" if value is None else f"of shape {tuple(value.shape)}"
+            raise UnsupportedModelError(f"node {name!r}: BatchNormalization {what} must have one value per "
+                                        f"channel, shape ({channels},), got {got}; the model file is malformed")
     if (imp.graph.const(inputs[4]) + attrs.get("epsilon", 1e-5) <= 0).any():
         raise UnsupportedModelError(f"node {name!r}: BatchNormalization variance + epsilon is not positive")
     return Node("BatchNormalization", name, inputs[:5], outputs[:1],
