@@ -49,7 +49,7 @@ class ThreadPool {
 
   // One word for what a worker must read consistently: the job's generation (bits 16+) and its
   // participant count (bits 0-15). A worker that does not take part reads nothing else, so it
-  // never sees a half-published job; one that does takes part holds the caller in place until it
+  // never sees a half-published job; one that takes part holds the caller in place until it
   // has finished, so the other job fields stay stable while it reads them.
   static constexpr uint64_t kStop = ~uint64_t{0};
   static uint64_t participants_of(uint64_t state) { return state & 0xffff; }
