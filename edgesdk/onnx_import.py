@@ -8,6 +8,7 @@ emit into fixed Reshape targets, so it has to happen during the walk, not after 
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 from pathlib import Path
@@ -32,6 +33,9 @@ MIN_OPSET, MAX_OPSET = 11, 28
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 InputShapes = Mapping[str, Sequence[int]]
+
+_log = logging.getLogger(__name__)
+_notes_given: set[str] = set()  # fixed-dimension notes already logged in this process
 
 
 def supported_operators() -> list[str]:
@@ -100,6 +104,7 @@ class _Importer:
         self.source = source
         self.input_shapes = input_shapes
         self.graph = Graph(model.graph.name or Path(source).stem)
+        self.fixed_dimensions: list[dict[str, Any]] = []  # dynamic dims given a size at import
 
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -123,6 +128,8 @@ class _Importer:
         graph.metadata.update(
             source=self.source, producer=f"{self.model.producer_name} {self.model.producer_version}".strip(),
             opset=self.opset, ir_version=self.model.ir_version)
+        if self.fixed_dimensions:
+            graph.metadata["fixed_dimensions"] = self.fixed_dimensions
         graph.remove_unused_tensors()
         return graph
 
@@ -154,7 +161,20 @@ class _Importer:
                     f"input {vi.name!r} has dynamic dimensions {_shape_text(ttype.shape)}; "
                     f"pass input_shapes={{{vi.name!r}: (...)}} (CLI: --input-shape {vi.name}=1x3x224x224)")
             shape = tuple(1 if d is None else d for d in declared)  # a dynamic batch defaults to 1
+            if declared and declared[0] is None:
+                self._note_fixed_batch(vi.name, ttype.shape.dim[0].dim_param, shape)
         self.graph.add_input(vi.name, shape, np.float32)
+
+    def _note_fixed_batch(self, name: str, dim_param: str, shape: tuple[int, ...]) -> None:
+        """Record (graph metadata, for inspect and packages) and say once that a dynamic batch is 1."""
+        self.fixed_dimensions.append({"input": name, "axis": 0, "dim_param": dim_param or None, "size": 1})
+        example = (4, *shape[1:])
+        note = (f"{self.source}: input {name!r} dimension 0{f' ({dim_param!r})' if dim_param else ''} is "
+                f"dynamic and was fixed to 1; choose another size with input_shapes={{{name!r}: {example}}} "
+                f"(CLI: --input-shape {name}={'x'.join(map(str, example))})")
+        if note not in _notes_given:
+            _notes_given.add(note)
+            _log.warning(note)
 
     def _tensor_value(self, proto: onnx.TensorProto, what: str) -> np.ndarray:
         try:

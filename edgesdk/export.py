@@ -1,0 +1,322 @@
+"""Graph -> ONNX: write any model edgesdk reads (a package, an ONNX model, a Graph) as a standard
+ONNX model that Netron and ONNX Runtime open.
+
+Compressed weights (clustered, CSR, NNM, fp16) are decoded to the float32 values the model computes
+with and stored as plain initializers; activations the optimiser fused into Conv/Gemm/MatMul/Add/
+BatchNormalization become stand-alone ONNX nodes again. Shapes are the fixed shapes the graph runs
+with (a dynamic batch fixed to 1 at import stays 1; ``graph.metadata["fixed_dimensions"]`` says so
+and is copied into the model's ``metadata_props``).
+
+>>> export_onnx("model.edgepkg", "model.onnx")          # or: edgesdk export model.edgepkg -o model.onnx
+>>> proto = to_onnx(edgesdk.Session("model.edgepkg").graph)
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from . import __version__
+from .errors import ModelLoadError, UnsupportedModelError
+from .fileio import atomic_path
+from .graph import Graph, Node
+from .runtime.activations import Activation
+
+if TYPE_CHECKING:
+    import onnx
+
+# Opset 17 is what exporters emit by default and what ONNX Runtime 1.12+ runs; a graph that needs a
+# newer op version (AveragePool dilations, Pad "wrap": both opset 19) is written at that version.
+BASE_OPSET = 17
+WIDE_OPSET = 19
+IR_VERSION = 8  # the IR that goes with opset 17-18; opset 19 needs IR 9
+
+
+def export_onnx(model: Any, path: str | os.PathLike, *, input_shapes: dict | None = None) -> Path:
+    """Write ``model`` as an ONNX file at ``path`` (temp file + rename: never half a file).
+
+    ``model`` is a path to an .edgepkg or .onnx file (recognised by content), an
+    ``onnx.ModelProto`` or an :class:`edgesdk.Graph`; ``input_shapes`` fixes dynamic input
+    dimensions of ONNX models as for :class:`edgesdk.Session`. Weights are decoded to float32 and
+    fused activations written as separate nodes. The result passes
+    ``onnx.checker.check_model(full_check=True)``. Returns the path written."""
+    from .loader import load_model
+    proto = to_onnx(load_model(model, input_shapes))
+    return save_onnx(proto, path)
+
+
+def save_onnx(proto: "onnx.ModelProto", path: str | os.PathLike) -> Path:
+    """Serialise ``proto`` to ``path`` atomically; a :class:`ModelLoadError` when it cannot."""
+    path = Path(path)
+    if path.is_dir():
+        raise ModelLoadError(f"output {str(path)!r} is a directory; give a file name such as model.onnx")
+    data = proto.SerializeToString()
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot write {str(path)!r}: {exc.strerror or exc}; choose a writable "
+                             f"location with -o") from None
+    return path
+
+
+def to_onnx(graph: Graph) -> "onnx.ModelProto":
+    """The ONNX model that computes what ``graph`` computes (decoded weights, unfused activations)."""
+    return _Exporter(graph).build()
+
+
+class _Exporter:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.nodes: list[Any] = []  # onnx.NodeProto
+        self.initializers: dict[str, np.ndarray] = {}
+        self.taken = set(graph.tensors) | {n.name for n in graph.nodes}
+        self.opset = _required_opset(graph)
+
+    def fresh(self, base: str) -> str:
+        """A tensor or node name not used anywhere in the graph or the export so far."""
+        name, i = base, 0
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+    def constant(self, base: str, value: np.ndarray) -> str:
+        name = self.fresh(base)
+        self.initializers[name] = np.asarray(value)
+        return name
+
+    def emit(self, op: str, inputs: list[str], outputs: list[str], name: str, **attrs: Any) -> None:
+        import onnx.helper
+        self.nodes.append(onnx.helper.make_node(op, inputs, outputs, name=name, **attrs))
+
+    # -- whole graph --------------------------------------------------------------------------
+    def build(self) -> "onnx.ModelProto":
+        import onnx
+        import onnx.helper
+        import onnx.numpy_helper
+        graph = self.graph
+        for node in graph.nodes:
+            self._node(node)
+        used = {i for n in self.nodes for i in n.input if i}
+        outputs = set(graph.outputs)
+        for tensor in graph.constants():
+            if tensor.name in outputs:
+                # an output must be produced by a node: a Constant node writes it
+                self.emit("Constant", [], [tensor.name], self.fresh(f"{tensor.name}.constant"),
+                          value=onnx.numpy_helper.from_array(_dense(tensor), tensor.name))
+            elif tensor.name in used:
+                self.initializers[tensor.name] = _dense(tensor)
+        inputs = [_value_info(graph, n) for n in graph.inputs]
+        outputs_vi = [_value_info(graph, n) for n in graph.outputs]
+        interface = set(graph.inputs) | set(graph.outputs)
+        produced = {o for n in self.nodes for o in n.output}
+        inner = [_value_info(graph, n) for n, t in graph.tensors.items()
+                 if n in produced and n not in interface and not t.is_constant]
+        onnx_graph = onnx.helper.make_graph(
+            self.nodes, graph.name, inputs, outputs_vi,
+            [onnx.numpy_helper.from_array(v, k) for k, v in self.initializers.items()], value_info=inner)
+        model = onnx.helper.make_model(onnx_graph, opset_imports=[onnx.helper.make_opsetid("", self.opset)],
+                                       producer_name="edgesdk", producer_version=__version__)
+        model.ir_version = IR_VERSION if self.opset < 19 else 9
+        onnx.helper.set_model_props(model, _metadata_props(graph))
+        return model
+
+    # -- one node -----------------------------------------------------------------------------
+    def _node(self, node: Node) -> None:
+        writer = _WRITERS.get(node.op)
+        if writer is None:
+            raise UnsupportedModelError(f"node {node.name!r}: cannot export op {node.op!r} to ONNX "
+                                        f"(exportable: {', '.join(sorted(_WRITERS))})")
+        activation: Activation | None = node.attrs.get("fused_activation")
+        if activation is None:
+            writer(self, node, node.outputs[0], node.name)
+            return
+        # the fused activation becomes its own node again, after the op that computed its input
+        pre = self.fresh(f"{node.outputs[0]}.pre_activation")
+        writer(self, node, pre, node.name)
+        self._activation(activation, pre, node.outputs[0], self.fresh(f"{node.name}.activation"))
+
+    def _activation(self, act: Activation, x: str, y: str, name: str) -> None:
+        if act.kind == "Clip":
+            lo, hi = act.params
+            bounds = [self.constant(f"{name}.min", np.float32(lo)) if lo != -np.inf else "",
+                      self.constant(f"{name}.max", np.float32(hi)) if hi != np.inf else ""]
+            while bounds and not bounds[-1]:
+                bounds.pop()
+            self.emit("Clip", [x, *bounds], [y], name)
+        elif act.kind == "LeakyRelu":
+            self.emit("LeakyRelu", [x], [y], name, alpha=act.param("alpha"))
+        elif act.kind == "HardSigmoid":
+            self.emit("HardSigmoid", [x], [y], name, alpha=act.param("alpha"), beta=act.param("beta"))
+        else:  # Relu, Sigmoid, Tanh, HardSwish: no parameters
+            self.emit(act.kind, [x], [y], name)
+
+
+def _dense(tensor) -> np.ndarray:
+    """The value a constant computes with: encodings decoded, package views copied out."""
+    return np.ascontiguousarray(tensor.data)
+
+
+def _value_info(graph: Graph, name: str) -> Any:
+    import onnx.helper
+    tensor = graph.tensors[name]
+    elem = onnx.helper.np_dtype_to_tensor_dtype(tensor.dtype)
+    return onnx.helper.make_tensor_value_info(name, elem, list(tensor.shape))
+
+
+def _metadata_props(graph: Graph) -> dict[str, str]:
+    """What the graph's metadata says about where it came from, as ONNX string properties."""
+    props = {}
+    for key in ("source", "producer", "fixed_dimensions"):
+        value = graph.metadata.get(key)
+        if value:
+            props[f"edgesdk.{key}"] = value if isinstance(value, str) else json.dumps(value)
+    package = graph.metadata.get("package") or {}
+    for key in ("source_sha256", "recipe", "accuracy", "accuracy_dataset"):
+        if package.get(key) is not None:
+            value = package[key]
+            props[f"edgesdk.package.{key}"] = value if isinstance(value, str) else json.dumps(value)
+    return props
+
+
+# ---------------------------------------------------------------------------------------------
+# Op writers: (exporter, IR node, output name, node name) -> emit ONNX nodes.
+# ---------------------------------------------------------------------------------------------
+Writer = Callable[[_Exporter, Node, str, str], None]
+_WRITERS: dict[str, Writer] = {}
+
+
+def _writer(*ops: str) -> Callable[[Writer], Writer]:
+    def register(fn: Writer) -> Writer:
+        for op in ops:
+            _WRITERS[op] = fn
+        return fn
+    return register
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in values]
+
+
+@_writer("Conv")
+def _conv(ex, node, out, name):
+    a = node.attrs
+    ex.emit("Conv", [i for i in node.inputs if i], [out], name, kernel_shape=_ints(a["kernel_shape"]),
+            strides=_ints(a["strides"]), dilations=_ints(a["dilations"]), pads=_ints(a["pads"]),
+            group=int(a.get("group", 1)))
+
+
+@_writer("MaxPool", "AveragePool")
+def _pool(ex, node, out, name):
+    a = node.attrs
+    attrs = dict(kernel_shape=_ints(a["kernel_shape"]), strides=_ints(a["strides"]), pads=_ints(a["pads"]),
+                 ceil_mode=int(bool(a.get("ceil_mode", False))))
+    dilations = _ints(a.get("dilations", (1, 1)))
+    if node.op == "AveragePool":
+        attrs["count_include_pad"] = int(bool(a.get("count_include_pad", False)))
+        if any(d != 1 for d in dilations):
+            attrs["dilations"] = dilations  # _required_opset chose opset 19 for it
+    else:
+        attrs["dilations"] = dilations
+    ex.emit(node.op, node.inputs[:1], [out], name, **attrs)
+
+
+@_writer("GlobalAveragePool", "GlobalMaxPool", "MatMul", "Add", "Sub", "Mul", "Div")
+def _plain(ex, node, out, name):
+    ex.emit(node.op, list(node.inputs), [out], name)
+
+
+@_writer("Gemm")
+def _gemm(ex, node, out, name):
+    a = node.attrs
+    ex.emit("Gemm", [i for i in node.inputs if i], [out], name, alpha=float(a.get("alpha", 1.0)),
+            beta=float(a.get("beta", 1.0)), transA=int(bool(a.get("transA"))), transB=int(bool(a.get("transB"))))
+
+
+@_writer("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+def _standalone_activation(ex, node, out, name):
+    ex._activation(node.attrs["activation"], node.inputs[0], out, name)
+
+
+@_writer("BatchNormalization")
+def _batch_norm(ex, node, out, name):
+    ex.emit("BatchNormalization", node.inputs[:5], [out], name, epsilon=float(node.attrs["epsilon"]))
+
+
+@_writer("Softmax")
+def _softmax(ex, node, out, name):
+    axis = int(node.attrs["axis"])
+    shape = ex.graph.tensors[node.inputs[0]].shape
+    if not node.attrs.get("coerce_2d") or axis == len(shape) - 1:
+        ex.emit("Softmax", node.inputs[:1], [out], name, axis=axis)
+        return
+    # opset < 13 Softmax normalises over all axes from ``axis`` on: a 2-D view does the same
+    flat = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+    flat_in, flat_out = ex.fresh(f"{name}.flat_in"), ex.fresh(f"{name}.flat_out")
+    ex.emit("Reshape", [node.inputs[0], ex.constant(f"{name}.flat_shape", np.array(flat, np.int64))],
+            [flat_in], ex.fresh(f"{name}.flatten"))
+    ex.emit("Softmax", [flat_in], [flat_out], name, axis=1)
+    ex.emit("Reshape", [flat_out, ex.constant(f"{name}.shape", np.array(shape, np.int64))], [out],
+            ex.fresh(f"{name}.unflatten"))
+
+
+@_writer("LRN")
+def _lrn(ex, node, out, name):
+    a = node.attrs
+    ex.emit("LRN", node.inputs[:1], [out], name, size=int(a["size"]), alpha=float(a["alpha"]),
+            beta=float(a["beta"]), bias=float(a["bias"]))
+
+
+@_writer("Reshape")
+def _reshape(ex, node, out, name):
+    shape = ex.constant(f"{name}.shape", np.array(_ints(node.attrs["shape"]), np.int64))
+    ex.emit("Reshape", [node.inputs[0], shape], [out], name)
+
+
+@_writer("Transpose")
+def _transpose(ex, node, out, name):
+    ex.emit("Transpose", node.inputs[:1], [out], name, perm=_ints(node.attrs["perm"]))
+
+
+@_writer("Concat")
+def _concat(ex, node, out, name):
+    ex.emit("Concat", list(node.inputs), [out], name, axis=int(node.attrs["axis"]))
+
+
+@_writer("Pad")
+def _pad(ex, node, out, name):
+    mode = node.attrs.get("mode", "constant")
+    inputs = [node.inputs[0], ex.constant(f"{name}.pads", np.array(_ints(node.attrs["pads"]), np.int64))]
+    if mode == "constant":
+        inputs.append(ex.constant(f"{name}.value", np.array(node.attrs.get("value", 0.0), np.float32)))
+    ex.emit("Pad", inputs, [out], name, mode=mode)
+
+
+@_writer("ReduceMean")
+def _reduce_mean(ex, node, out, name):
+    axes, keepdims = _ints(node.attrs["axes"]), int(bool(node.attrs.get("keepdims", True)))
+    if ex.opset >= 18:  # ReduceMean-18 takes the axes as an input
+        ex.emit("ReduceMean", [node.inputs[0], ex.constant(f"{name}.axes", np.array(axes, np.int64))], [out],
+                name, keepdims=keepdims)
+    else:
+        ex.emit("ReduceMean", node.inputs[:1], [out], name, axes=axes, keepdims=keepdims)
+
+
+def _required_opset(graph: Graph) -> int:
+    """17, or 19 where a node needs an op version from it (AveragePool dilations, Pad wrap)."""
+    for node in graph.nodes:
+        dilated = node.op == "AveragePool" and any(d != 1 for d in node.attrs.get("dilations", (1, 1)))
+        if dilated or (node.op == "Pad" and node.attrs.get("mode") == "wrap"):
+            return WIDE_OPSET
+    return BASE_OPSET
+
+
+def exportable_operators() -> list[str]:
+    """Every IR op type :func:`to_onnx` writes (all ops the runtime executes)."""
+    return sorted(_WRITERS)
