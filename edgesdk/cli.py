@@ -119,6 +119,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"producer {graph.metadata.get('producer') or 'unknown'}")
     print("inputs:  " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in sess.input_shapes.items()))
     print("outputs: " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in sess.output_shapes.items()))
+    for fixed in graph.metadata.get("fixed_dimensions") or ():
+        print(_fixed_dimension_line(fixed, sess.input_shapes))
     if sess.optimization_stats:
         print("passes:  " + ", ".join(f"{k} {v}" for k, v in sess.optimization_stats.items()))
     print()
@@ -132,6 +134,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"({_format_bytes(t['stored_bytes'])} stored, {_format_bytes(weight_bytes)} as dense fp32), "
           f"{_format_count(t['macs'])} MACs, peak activations {t['peak_activation_bytes'] / 1024:.1f} KiB")
     return 0
+
+
+def _fixed_dimension_line(fixed: dict, input_shapes: dict) -> str:
+    """One inspect line for a dynamic input dimension that import fixed (batch -> 1)."""
+    name, axis = fixed.get("input"), fixed.get("axis", 0)
+    symbol = f" ({fixed['dim_param']})" if fixed.get("dim_param") else ""
+    example = list(input_shapes.get(name, ()))
+    if isinstance(axis, int) and 0 <= axis < len(example):
+        example[axis] = 4
+    return (f"fixed:   {name} dimension {axis}{symbol} is dynamic in the model and runs as {fixed.get('size')} "
+            f"(choose another size: --input-shape {name}={'x'.join(map(str, example))})")
 
 
 def _layer_errors(graph) -> dict[str, float]:
@@ -292,6 +305,18 @@ def cmd_pack(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- export ----------------------------------------------------------------------------------
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_onnx
+    path = export_onnx(args.model, args.output, input_shapes=_parse_input_shapes(args.input_shape))
+    report = {"model": str(args.model), "output": str(path), "bytes": path.stat().st_size}
+    if args.json:
+        _emit_json(report)
+        return 0
+    print(f"wrote {path} ({_format_bytes(report['bytes'])}): ONNX with float32 weights from {args.model}")
+    return 0
+
+
 # -- finetune --------------------------------------------------------------------------------
 def cmd_finetune(args: argparse.Namespace) -> int:
     from .datasets import digits_split, load_dataset
@@ -439,6 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pack", parents=[common, model_opts, compression], help="compress an ONNX model into an .edgepkg")
     p.add_argument("--eval", metavar="DATA", help="measure accuracy before and after ('digits' or an .npz)")
     p.set_defaults(func=cmd_pack)
+
+    p = sub.add_parser("export", parents=[common, model_opts],
+                       help="write a package (or any model) as ONNX with decoded float32 weights")
+    p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("finetune", parents=[common, compression],
                        help="fine-tune a compressed model (CPT for NNM, codebook training), then pack it")

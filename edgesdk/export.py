@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from . import __version__
-from .errors import ModelLoadError, UnsupportedModelError
+from .errors import EdgeSDKError, UnsupportedModelError
 from .fileio import atomic_path
 from .graph import Graph, Node
 from .runtime.activations import Activation
+from .runtime.shapes import pool_output_size
 
 if TYPE_CHECKING:
     import onnx
@@ -36,6 +37,10 @@ WIDE_OPSET = 19
 IR_VERSION = 8  # the IR that goes with opset 17-18; opset 19 needs IR 9
 
 
+class ExportError(EdgeSDKError):
+    """The ONNX file cannot be written (a directory, no permission, the model's own file)."""
+
+
 def export_onnx(model: Any, path: str | os.PathLike, *, input_shapes: dict | None = None) -> Path:
     """Write ``model`` as an ONNX file at ``path`` (temp file + rename: never half a file).
 
@@ -45,21 +50,28 @@ def export_onnx(model: Any, path: str | os.PathLike, *, input_shapes: dict | Non
     fused activations written as separate nodes. The result passes
     ``onnx.checker.check_model(full_check=True)``. Returns the path written."""
     from .loader import load_model
+    _refuse_overwriting_source(model, path)
     proto = to_onnx(load_model(model, input_shapes))
     return save_onnx(proto, path)
 
 
+def _refuse_overwriting_source(model: Any, path: str | os.PathLike) -> None:
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file() and Path(path).exists() and \
+            Path(model).resolve() == Path(path).resolve():
+        raise ExportError(f"output {str(path)!r} is the model being exported; choose another file with -o")
+
+
 def save_onnx(proto: "onnx.ModelProto", path: str | os.PathLike) -> Path:
-    """Serialise ``proto`` to ``path`` atomically; a :class:`ModelLoadError` when it cannot."""
+    """Serialise ``proto`` to ``path`` atomically; an :class:`ExportError` when it cannot."""
     path = Path(path)
     if path.is_dir():
-        raise ModelLoadError(f"output {str(path)!r} is a directory; give a file name such as model.onnx")
+        raise ExportError(f"output {str(path)!r} is a directory; give a file name such as model.onnx")
     data = proto.SerializeToString()
     try:
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
     except OSError as exc:
-        raise ModelLoadError(f"cannot write {str(path)!r}: {exc.strerror or exc}; choose a writable "
+        raise ExportError(f"cannot write {str(path)!r}: {exc.strerror or exc}; choose a writable "
                              f"location with -o") from None
     return path
 
@@ -159,8 +171,8 @@ class _Exporter:
 
 
 def _dense(tensor) -> np.ndarray:
-    """The value a constant computes with: encodings decoded, package views copied out."""
-    return np.ascontiguousarray(tensor.data)
+    """The value a constant computes with (encodings decoded); onnx copies it into the proto."""
+    return np.asarray(tensor.data)
 
 
 def _value_info(graph: Graph, name: str) -> Any:
@@ -215,8 +227,9 @@ def _conv(ex, node, out, name):
 @_writer("MaxPool", "AveragePool")
 def _pool(ex, node, out, name):
     a = node.attrs
-    attrs = dict(kernel_shape=_ints(a["kernel_shape"]), strides=_ints(a["strides"]), pads=_ints(a["pads"]),
-                 ceil_mode=int(bool(a.get("ceil_mode", False))))
+    pads, ceil_mode = _pool_pads(ex.graph, node)
+    attrs = dict(kernel_shape=_ints(a["kernel_shape"]), strides=_ints(a["strides"]), pads=pads,
+                 ceil_mode=int(ceil_mode))
     dilations = _ints(a.get("dilations", (1, 1)))
     if node.op == "AveragePool":
         attrs["count_include_pad"] = int(bool(a.get("count_include_pad", False)))
@@ -225,6 +238,40 @@ def _pool(ex, node, out, name):
     else:
         attrs["dilations"] = dilations
     ex.emit(node.op, node.inputs[:1], [out], name, **attrs)
+
+
+def _pool_pads(graph: Graph, node: Node) -> tuple[list[int], bool]:
+    """Pads and ceil_mode for the ONNX pool node.
+
+    With ceil_mode, a last window that would start in the end padding is dropped (ONNX Runtime,
+    PyTorch and edgesdk agree), but onnx's shape inference still counts it, so the checker rejects
+    the model. Where that rule drops a window, the same windows come from ceil_mode=0 with the end
+    padding the kept windows reach (the padding values are never part of a max, nor of an average
+    that excludes pads or only reaches the declared pads)."""
+    a = node.attrs
+    pads, ceil_mode = _ints(a["pads"]), bool(a.get("ceil_mode", False))
+    if not ceil_mode:
+        return pads, False
+    sizes = graph.tensors[node.inputs[0]].shape[2:]
+    spans = [(size, a["kernel_shape"][i], a["strides"][i], a["dilations"][i], pads[i], pads[2 + i])
+             for i, size in enumerate(sizes)]
+    if all(pool_output_size(*span, True) == _ceil_count(*span) for span in spans):
+        return pads, True
+    ends = []
+    for size, kernel, stride, dilation, begin, end in spans:
+        kept = pool_output_size(size, kernel, stride, dilation, begin, end, True)
+        if pool_output_size(size, kernel, stride, dilation, begin, end, False) != kept:
+            end_reached = (kept - 1) * stride + (kernel - 1) * dilation + 1 - size - begin
+            if node.op == "AveragePool" and a.get("count_include_pad") and end_reached > end:
+                return pads, True  # the overhang would count as padding: keep ceil_mode
+            end = max(0, end_reached)
+        ends.append(end)
+    return pads[:2] + ends, False
+
+
+def _ceil_count(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int) -> int:
+    """Windows per axis as onnx's shape inference counts them with ceil_mode (no drop rule)."""
+    return -(-(size + begin + end - (kernel - 1) * dilation - 1) // stride) + 1
 
 
 @_writer("GlobalAveragePool", "GlobalMaxPool", "MatMul", "Add", "Sub", "Mul", "Div")

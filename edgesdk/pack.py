@@ -1,10 +1,17 @@
-"""ONNX -> Graph -> compress -> .edgepkg, the workflow behind ``edgesdk pack`` and ``quickstart``."""
+"""ONNX -> Graph -> compress -> .edgepkg, the workflow behind ``edgesdk pack`` and ``quickstart``.
+
+Public through :mod:`edgesdk.compress`::
+
+    from edgesdk.compress import Recipe, LayerSettings, pack_model
+    result = pack_model("model.onnx", "model.edgepkg", Recipe(LayerSettings(cluster_bits=4)))
+"""
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from .compress.apply import LayerReport, compress
 from .compress.recipe import Recipe
@@ -13,14 +20,21 @@ from .graph import Graph
 from .loader import load_model
 from .passes import optimize
 
+if TYPE_CHECKING:
+    import onnx
+
 Progress = Callable[[int, int, str], None]
+# What compress_model and pack_model take as a model: a path to an .onnx or .edgepkg file (recognised
+# by content), an in-memory ONNX model, or a Graph (never modified: a copy is compressed).
+ModelSource = Union[str, os.PathLike, "onnx.ModelProto", Graph]
 
 
 @dataclass(frozen=True)
 class PackResult:
-    source: str
+    """What :func:`pack_model` wrote: sizes, per-layer compression reports and accuracies."""
+    source: str  # the model's path, or a description of an in-memory model
     output: str
-    source_bytes: int  # the ONNX file
+    source_bytes: int  # the ONNX file (an in-memory ONNX model: its serialised size; a Graph: its dense weights)
     package_bytes: int
     layers: list[LayerReport]
     accuracy: float | None
@@ -29,42 +43,58 @@ class PackResult:
 
     @property
     def ratio(self) -> float:
+        """How many times smaller the package is than the source."""
         return self.source_bytes / max(1, self.package_bytes)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able summary (what ``edgesdk pack --json`` prints)."""
         return {"source": self.source, "output": self.output, "source_bytes": self.source_bytes,
                 "package_bytes": self.package_bytes, "ratio": self.ratio, "accuracy": self.accuracy,
                 "baseline_accuracy": self.baseline_accuracy, "dataset": self.dataset,
                 "layers": [r.to_dict() for r in self.layers]}
 
 
-def compress_model(source: str | os.PathLike | Graph, recipe: Recipe, *, input_shapes=None,
+def compress_model(source: ModelSource, recipe: Recipe | None = None, *, input_shapes=None,
                    progress: Progress | None = None) -> tuple[Graph, list[LayerReport]]:
-    """Load, run the graph passes (BatchNorm folds before clustering), then compress."""
+    """Load ``source``, run the graph passes (BatchNorm folds before clustering), then compress the
+    Conv and Gemm weights as ``recipe`` says (default: ``Recipe()``, which stores them dense).
+
+    ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph` (left
+    unmodified); ``input_shapes`` fixes dynamic input dimensions of ONNX models
+    (``{"input": (1, 3, 224, 224)}``); ``progress(done, total, layer_name)`` is called per layer.
+    Returns the compressed graph (ready for ``Session`` or ``save_package``) and one
+    :class:`LayerReport` per compressible layer."""
     graph = load_model(source, input_shapes)
     optimize(graph)
-    return graph, compress(graph, recipe, progress=progress)
+    return graph, compress(graph, recipe if recipe is not None else Recipe(), progress=progress)
 
 
-def pack_model(source: str | os.PathLike, output: str | os.PathLike, recipe: Recipe, *,
+def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | None = None, *,
                data: Dataset | None = None, input_shapes=None, graph: Graph | None = None,
                progress: Progress | None = None) -> PackResult:
-    """Compress ``source`` with ``recipe`` (or take an already compressed ``graph``), optionally
-    measure accuracy on ``data`` before and after, and write the package."""
-    from .evaluation import evaluate
-    from .package import save_package, sha256_file
-    from .runtime.session import Session
+    """Compress ``source`` with ``recipe`` and write the .edgepkg package ``output``.
 
+    ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph`. With
+    ``data`` (a :class:`edgesdk.datasets.Dataset`), top-1 accuracy is measured before and after
+    compression and stored in the package. ``graph`` passes a graph already compressed from
+    ``source`` (e.g. by fine-tuning) instead of compressing here; ``progress(done, total, stage)``
+    reports compression and writing. The package is written atomically (temp file + rename)."""
+    from .evaluation import evaluate
+    from .package import save_package
+
+    recipe = recipe if recipe is not None else Recipe()
     if graph is None:
         graph, reports = compress_model(source, recipe, input_shapes=input_shapes, progress=progress)
     else:
         reports = [LayerReport(**{k: v for k, v in r.items() if k != "ratio"})
                    for r in graph.metadata.get("compression", {}).get("layers", [])]
+    label, source_bytes, source_sha256 = _describe_source(source)
     accuracy = baseline = None
     if data is not None:
+        from .runtime.session import Session
         baseline = evaluate(Session(source, input_shapes=input_shapes), data).accuracy
         accuracy = evaluate(Session(graph), data).accuracy
-    metadata = {"source_sha256": sha256_file(source), "recipe": recipe.to_json(),
+    metadata = {"source_sha256": source_sha256, "recipe": recipe.to_json(),
                 "layers": [r.summary() for r in reports]}
     # The recipe and per-layer stats travel once, as package metadata; the graph keeps the rest.
     graph.metadata["compression"] = {"baseline_accuracy": baseline}
@@ -72,5 +102,17 @@ def pack_model(source: str | os.PathLike, output: str | os.PathLike, recipe: Rec
         metadata.update(accuracy=accuracy, accuracy_dataset=data.name)
     save_package(graph, output, metadata=metadata,
                  progress=(lambda done, total: progress(done, total, "writing")) if progress else None)
-    return PackResult(str(source), str(output), Path(source).stat().st_size, Path(output).stat().st_size,
+    return PackResult(label, str(output), source_bytes, Path(output).stat().st_size,
                       reports, accuracy, baseline, data.name if data is not None else None)
+
+
+def _describe_source(source: ModelSource) -> tuple[str, int, str | None]:
+    """(label, size in bytes, sha256 or None) of the model a package is built from."""
+    from .package import sha256_file
+    if isinstance(source, Graph):  # no file: its dense weights are what compression is measured on
+        return f"<Graph {source.name!r}>", sum(t.nbytes for t in source.constants()), None
+    if isinstance(source, (str, os.PathLike)):
+        return str(source), Path(source).stat().st_size, sha256_file(source)
+    serialized = source.SerializeToString()  # an onnx.ModelProto (load_model accepted it)
+    return (f"<onnx.ModelProto {source.graph.name!r}>", len(serialized),
+            hashlib.sha256(serialized).hexdigest())
