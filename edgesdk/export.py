@@ -116,14 +116,16 @@ class _Exporter:
         for node in graph.nodes:
             self._node(node)
         used = {i for n in self.nodes for i in n.input if i}
-        outputs = set(graph.outputs)
+        outputs, op_nodes = set(graph.outputs), self.nodes
+        self.nodes = []
         for tensor in graph.constants():
             if tensor.name in outputs:
-                # an output must be produced by a node: a Constant node writes it
+                # an output must be produced by a node: a Constant node (first, as others may read it)
                 self.emit("Constant", [], [tensor.name], self.fresh(f"{tensor.name}.constant"),
                           value=onnx.numpy_helper.from_array(_dense(tensor), tensor.name))
             elif tensor.name in used:
                 self.initializers[tensor.name] = _dense(tensor)
+        self.nodes += op_nodes
         inputs = [_value_info(graph, n) for n in graph.inputs]
         outputs_vi = [_value_info(graph, n) for n in graph.outputs]
         interface = set(graph.inputs) | set(graph.outputs)
