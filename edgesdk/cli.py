@@ -143,7 +143,7 @@ def _fixed_dimension_line(fixed: dict, input_shapes: dict) -> str:
     example = list(input_shapes.get(name, ()))
     if isinstance(axis, int) and 0 <= axis < len(example):
         example[axis] = 4
-    return (f"fixed:   {name} dimension {axis}{symbol} is dynamic in the model and runs as {fixed.get('size')} "
+    return (f"fixed:   input {name!r} dimension {axis}{symbol} is dynamic in the model and runs as {fixed.get('size')} "
             f"(choose another size: --input-shape {name}={'x'.join(map(str, example))})")
 
 

@@ -30,6 +30,8 @@ from .runtime.shapes import pool_output_size
 if TYPE_CHECKING:
     import onnx
 
+__all__ = ["export_onnx", "to_onnx", "save_onnx", "exportable_operators", "ExportError"]
+
 # Opset 17 is what exporters emit by default and what ONNX Runtime 1.12+ runs; a graph that needs a
 # newer op version (AveragePool dilations, Pad "wrap": both opset 19) is written at that version.
 BASE_OPSET = 17

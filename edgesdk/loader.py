@@ -20,6 +20,8 @@ from .runtime.shapes import infer_shapes
 if TYPE_CHECKING:
     from .onnx_import import InputShapes
 
+__all__ = ["load_model", "model_format"]
+
 _SNIFF_BYTES = 1024  # enough for every signature below (HDF5's user block aside)
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _TO_ONNX = "edgesdk reads ONNX (.onnx) and .edgepkg files"

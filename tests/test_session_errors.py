@@ -94,8 +94,10 @@ def test_missing_corrupt_and_wrong_type_files(tmp_path):
     truncated.write_bytes(_relu().SerializeToString()[:40])
     with pytest.raises(ModelLoadError):
         edgesdk.Session(truncated)
-    with pytest.raises(ModelLoadError, match="unknown model type '.txt'"):
-        edgesdk.Session(tmp_path / "model.txt")
+    text = tmp_path / "model.txt"  # files are read by content: not a package, so ONNX, which it is not
+    text.write_text("hello")
+    with pytest.raises(ModelLoadError, match="not a readable ONNX model"):
+        edgesdk.Session(text)
     with pytest.raises(ModelLoadError, match="cannot load a model from a int"):
         edgesdk.Session(42)
 

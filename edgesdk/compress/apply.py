@@ -22,6 +22,7 @@ Progress = Callable[[int, int, str], None]
 
 @dataclass(frozen=True)
 class LayerReport:
+    """What compression did to one layer's weights: encoding, sizes and relative RMS error."""
     name: str  # node name
     weight: str  # tensor name
     op: str
@@ -33,9 +34,11 @@ class LayerReport:
 
     @property
     def ratio(self) -> float:
+        """Dense fp32 bytes over stored bytes."""
         return self.bytes_before / max(1, self.bytes_after)
 
     def to_dict(self) -> dict:
+        """All fields and the ratio, JSON-able."""
         return {**asdict(self), "ratio": self.ratio}
 
     def summary(self) -> dict:

@@ -33,6 +33,8 @@ class RecipeError(EdgeSDKError):
 
 @dataclass(frozen=True)
 class LayerSettings:
+    """How one layer's weights are compressed (the fields below); invalid combinations raise
+    :class:`RecipeError`."""
     prune: float = 0.0  # fraction of weights set to zero (magnitude)
     cluster_bits: int | None = None  # k-means codebook of 2^bits entries
     per_channel: bool = False  # one codebook per output channel instead of per layer
@@ -63,6 +65,7 @@ class LayerSettings:
 
     @property
     def compresses(self) -> bool:
+        """True when these settings change how the layer's weights are stored."""
         return not self.skip and bool(self.prune or self.cluster_bits or self.nnm_rate or self.fp16)
 
 
@@ -71,12 +74,16 @@ _FIELDS = {f.name for f in dataclasses.fields(LayerSettings)}
 
 @dataclass(frozen=True)
 class Recipe:
+    """Which settings apply to which layer: ``default`` for all, then ``layers`` entries
+    ``(shell pattern, {setting: value})`` matched on node or weight names, in order."""
     default: LayerSettings = field(default_factory=LayerSettings)
     layers: tuple[tuple[str, dict[str, Any]], ...] = ()
     global_prune: float | None = None
     min_params: int = 0  # layers with fewer weights stay dense (their overhead outweighs the gain)
 
     def settings_for(self, *names: str) -> LayerSettings:
+        """The settings of a layer known by ``names`` (node and weight name): the defaults, then
+        every ``layers`` entry whose pattern matches one of them, in order."""
         settings = dataclasses.asdict(self.default)
         for pattern, overrides in self.layers:
             if any(fnmatch.fnmatchcase(n, pattern) for n in names if n):
@@ -84,6 +91,7 @@ class Recipe:
         return LayerSettings(**settings)
 
     def to_dict(self) -> dict[str, Any]:
+        """The recipe as a mapping in the file format (only non-default settings)."""
         out: dict[str, Any] = {"default": _non_default(dataclasses.asdict(self.default))}
         if self.layers:
             out["layers"] = [{"match": p, **o} for p, o in self.layers]
@@ -94,10 +102,12 @@ class Recipe:
         return out
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as JSON text (what a package stores)."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Recipe":
+        """A recipe from a mapping in the file format; :class:`RecipeError` when it is malformed."""
         if not isinstance(data, dict):
             raise RecipeError("a recipe must be a mapping with 'default', 'layers', 'global_prune', 'min_params'")
         unknown = set(data) - {"default", "layers", "global_prune", "min_params"}
@@ -121,6 +131,7 @@ class Recipe:
 
     @classmethod
     def load(cls, path: str | Path) -> "Recipe":
+        """A recipe from a JSON or YAML (.yaml/.yml) file."""
         path = Path(path)
         if not path.is_file():
             raise RecipeError(f"recipe file {str(path)!r} not found")
