@@ -68,13 +68,17 @@ def save_onnx(proto: "onnx.ModelProto", path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_dir():
         raise ExportError(f"output {str(path)!r} is a directory; give a file name such as model.onnx")
-    data = proto.SerializeToString()
+    try:
+        data = proto.SerializeToString()
+    except ValueError as exc:  # protobuf refuses messages over 2 GB
+        raise ExportError(f"cannot write {str(path)!r} as one ONNX file ({str(exc).splitlines()[0][:120]}); "
+                          f"ONNX files with external weight data are not supported by export") from None
     try:
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
     except OSError as exc:
         raise ExportError(f"cannot write {str(path)!r}: {exc.strerror or exc}; choose a writable "
-                             f"location with -o") from None
+                          f"location with -o") from None
     return path
 
 

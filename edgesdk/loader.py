@@ -62,6 +62,8 @@ def model_format(path: str | os.PathLike) -> str:
         raise ModelLoadError(_directory_hint(path))
     if not path.exists():
         raise ModelLoadError(f"model file {str(path)!r} not found")
+    if not path.is_file():  # a FIFO or a device would block or never end; read only regular files
+        raise ModelLoadError(f"{str(path)!r} is not a regular file; {_TO_ONNX}")
     try:
         with open(path, "rb") as f:
             head = f.read(_SNIFF_BYTES)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import subprocess
 import sys
@@ -146,6 +147,10 @@ def test_directories(tmp_path):
         edgesdk.Session(saved_model)
     with pytest.raises(ModelLoadError, match="is a directory"):
         edgesdk.Session(tmp_path)
+    fifo = tmp_path / "model.onnx.fifo"
+    os.mkfifo(fifo)  # opening it would wait for a writer forever
+    with pytest.raises(ModelLoadError, match="not a regular file"):
+        edgesdk.Session(fifo)
 
 
 def test_renamed_files_load_by_content(tmp_path, rng):
@@ -183,6 +188,17 @@ def test_cli_export_writes_an_onnx_model(tmp_path, capsys, rng):
     np.testing.assert_allclose(logits, _outputs(package, x), rtol=1e-4, atol=1e-5)
     code, out, _ = _cli(capsys, "export", str(package), "-o", str(exported), "--json")
     assert code == 0 and '"bytes"' in out
+
+
+def test_cli_export_of_onnx_with_a_chosen_batch(tmp_path, capsys, rng):
+    exported = tmp_path / "batch3.onnx"
+    code, _, err = _cli(capsys, "export", str(DIGITS), "-o", str(exported), "--input-shape", "input=3x1x8x8")
+    assert code == 0, err
+    model = onnx.load(str(exported))
+    assert [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim] == [3, 1, 8, 8]
+    x = rng.standard_normal((3, 1, 8, 8)).astype(np.float32)
+    (expected,) = ort_run(onnx.load(str(DIGITS)), {"input": x})
+    np.testing.assert_allclose(ort_run(model, {"input": x})[0], expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["missing", "tflite", "directory", "unwritable", "output_is_dir", "same_file"])
