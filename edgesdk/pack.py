@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 from .compress.apply import LayerReport, compress
 from .compress.recipe import Recipe
 from .datasets import Dataset
+from .errors import PackageError
 from .graph import Graph
 from .loader import load_model
 from .passes import optimize
@@ -82,6 +83,9 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     from .evaluation import evaluate
     from .package import save_package
 
+    if isinstance(source, (str, os.PathLike)) and Path(output).exists() and Path(source).exists() and \
+            Path(output).resolve() == Path(source).resolve():
+        raise PackageError(f"output {str(output)!r} is the source model; choose another file with -o")
     recipe = recipe if recipe is not None else Recipe()
     if graph is None:
         graph, reports = compress_model(source, recipe, input_shapes=input_shapes, progress=progress)

@@ -92,6 +92,14 @@ def test_pack_model_takes_a_path_a_model_proto_or_a_graph(tmp_path, rng):
     assert len(graph.nodes) == len(edgesdk.Session(DIGITS, optimize=False).graph.nodes), "the Graph was modified"
 
 
+def test_pack_model_refuses_to_overwrite_its_source(tmp_path):
+    source = tmp_path / "m.onnx"
+    source.write_bytes(DIGITS.read_bytes())
+    with pytest.raises(edgesdk.PackageError, match="is the source model"):
+        pack_model(source, tmp_path / "." / "m.onnx", Recipe())
+    assert source.read_bytes() == DIGITS.read_bytes()
+
+
 def test_compress_model_defaults_to_a_dense_recipe():
     graph, reports = compress_model(DIGITS)
     assert reports and not any(t.encoding for t in graph.constants())
