@@ -154,13 +154,18 @@ class _Exporter:
             raise UnsupportedModelError(f"node {node.name!r}: cannot export op {node.op!r} to ONNX "
                                         f"(exportable: {', '.join(sorted(_WRITERS))})")
         activation: Activation | None = node.attrs.get("fused_activation")
-        if activation is None:
-            writer(self, node, node.outputs[0], node.name)
-            return
-        # the fused activation becomes its own node again, after the op that computed its input
-        pre = self.fresh(f"{node.outputs[0]}.pre_activation")
-        writer(self, node, pre, node.name)
-        self._activation(activation, pre, node.outputs[0], self.fresh(f"{node.name}.activation"))
+        try:
+            if activation is None:
+                writer(self, node, node.outputs[0], node.name)
+                return
+            # the fused activation becomes its own node again, after the op that computed its input
+            pre = self.fresh(f"{node.outputs[0]}.pre_activation")
+            writer(self, node, pre, node.name)
+            self._activation(activation, pre, node.outputs[0], self.fresh(f"{node.name}.activation"))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            # a hand-built Graph can lack what the importer always sets: name the node, not our stack
+            raise UnsupportedModelError(f"node {node.name!r} ({node.op}) cannot be exported: missing or "
+                                        f"malformed attribute ({type(exc).__name__}: {exc})") from None
 
     def _activation(self, act: Activation, x: str, y: str, name: str) -> None:
         if act.kind == "Clip":

@@ -232,6 +232,20 @@ def test_constant_output_and_input_passthrough(rng):
     np.testing.assert_allclose(y, x + graph.const("c"), rtol=1e-6)
 
 
+def test_malformed_hand_built_graph_is_a_typed_error():
+    graph = Graph("bad")
+    graph.add_input("x", (1, 2, 3))
+    graph.add_node("Transpose", ["x"], ["y"], perm=(2, 1, 0))
+    graph.outputs.append("y")
+    sess = edgesdk.Session(graph, optimize=False)
+    del sess.graph.nodes[0].attrs["perm"]
+    with pytest.raises(edgesdk.UnsupportedModelError, match="'Transpose' .* cannot be exported.*perm"):
+        to_onnx(sess.graph)
+    sess.graph.nodes[0].op = "Einsum"
+    with pytest.raises(edgesdk.UnsupportedModelError, match="cannot export op 'Einsum'"):
+        to_onnx(sess.graph)
+
+
 def test_write_errors_are_one_line(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
