@@ -258,9 +258,9 @@ def _pool_pads(graph: Graph, node: Node) -> tuple[list[int], bool]:
 
     With ceil_mode, a last window that would start in the end padding is dropped (ONNX Runtime,
     PyTorch and edgesdk agree), but onnx's shape inference still counts it, so the checker rejects
-    the model. Where that rule drops a window, the same windows come from ceil_mode=0 with the end
-    padding the kept windows reach (the padding values are never part of a max, nor of an average
-    that excludes pads or only reaches the declared pads)."""
+    the model. Where that rule drops a window, a smaller end padding gives the same windows without
+    the dropped one: the kept windows never reach past it, so no max, and no average (whether or not
+    it counts pads), sees a difference."""
     a = node.attrs
     pads, ceil_mode = _ints(a["pads"]), bool(a.get("ceil_mode", False))
     if not ceil_mode:
@@ -270,16 +270,30 @@ def _pool_pads(graph: Graph, node: Node) -> tuple[list[int], bool]:
              for i, size in enumerate(sizes)]
     if all(pool_output_size(*span, True) == _ceil_count(*span) for span in spans):
         return pads, True
-    ends = []
-    for size, kernel, stride, dilation, begin, end in spans:
-        kept = pool_output_size(size, kernel, stride, dilation, begin, end, True)
-        if pool_output_size(size, kernel, stride, dilation, begin, end, False) != kept:
-            end_reached = (kept - 1) * stride + (kernel - 1) * dilation + 1 - size - begin
-            if node.op == "AveragePool" and a.get("count_include_pad") and end_reached > end:
-                return pads, True  # the overhang would count as padding: keep ceil_mode
-            end = max(0, end_reached)
-        ends.append(end)
-    return pads[:2] + ends, False
+    ceil_ends = [_end_without_dropped_window(*span, ceil_mode=True) for span in spans]
+    if None not in ceil_ends:
+        return pads[:2] + ceil_ends, True
+    # stride > kernel can leave no such end padding in ceil mode: ceil_mode=0 with the end padding
+    # the kept windows reach gives them, unless an average counts pads and a window hangs over
+    floor_ends = [_end_without_dropped_window(*span, ceil_mode=False) for span in spans]
+    if node.op == "AveragePool" and a.get("count_include_pad") and any(
+            e is None or e > span[5] for e, span in zip(floor_ends, spans)):
+        return pads, True  # ONNX Runtime runs it right; only onnx's strict shape check disagrees
+    return pads[:2] + [e if e is not None else span[5] for e, span in zip(floor_ends, spans)], False
+
+
+def _end_without_dropped_window(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int,
+                                ceil_mode: bool) -> int | None:
+    """The smallest end padding, no smaller than the kept windows reach, for which onnx's shape
+    inference counts as many windows as ``pool_output_size`` keeps; None if there is none."""
+    kept = pool_output_size(size, kernel, stride, dilation, begin, end, True)
+    reached = (kept - 1) * stride + (kernel - 1) * dilation + 1 - size - begin
+    for candidate in range(max(0, reached), max(end, reached) + 1):
+        counted = (_ceil_count(size, kernel, stride, dilation, begin, candidate) if ceil_mode else
+                   pool_output_size(size, kernel, stride, dilation, begin, candidate, False))
+        if counted == kept:
+            return candidate
+    return None
 
 
 def _ceil_count(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int) -> int:

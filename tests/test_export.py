@@ -2,6 +2,7 @@
 reference backend on the package; every op the importer accepts; fused activations unfused."""
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import uuid
@@ -215,6 +216,30 @@ def test_ops_with_version_or_shape_subtleties(op, attrs, x_shape, constants, rng
     assert model.opset_import[0].version == (19 if opset == 19 else 17)
     (actual,) = ort_run(model, {"x": x})
     assert_close(actual, expected, rtol=1e-5, what=op)
+
+
+def test_ceil_mode_pool_sweep(rng):
+    """Ceil-mode pools over sizes, kernels, strides (also larger than the kernel) and paddings:
+    the export passes the strict checker and ONNX Runtime computes the reference's windows."""
+    failures, checked = [], 0
+    for op, include_pad in (("MaxPool", 0), ("AveragePool", 0), ("AveragePool", 1)):
+        for size, kernel, stride in itertools.product((4, 5, 7), (2, 3), (1, 2, 3, 4)):
+            for begin, end in itertools.product(range(kernel), repeat=2):
+                attrs = dict(kernel_shape=[kernel, 2], strides=[stride, 2], pads=[begin, 0, end, 1], ceil_mode=1)
+                if op == "AveragePool":
+                    attrs["count_include_pad"] = include_pad
+                sess = edgesdk.Session(single_node_model(op, (1, 1, size, 5), **attrs))
+                x = rng.standard_normal((1, 1, size, 5)).astype(np.float32)
+                model = to_onnx(sess.graph)
+                try:
+                    onnx.checker.check_model(model, full_check=True)
+                    (actual,) = ort_run(model, {"x": x})
+                    np.testing.assert_allclose(actual, sess.run({"x": x})["y"], rtol=1e-6, atol=1e-6)
+                except Exception as exc:
+                    failures.append(f"{op} size {size} {attrs}: {str(exc).splitlines()[0][:150]}")
+                checked += 1
+    assert not failures, "\n".join(failures)
+    assert checked == 3 * 3 * 4 * (4 + 9)
 
 
 def test_constant_output_and_input_passthrough(rng):
