@@ -45,6 +45,7 @@ class Tensor:
 
     @property
     def data(self) -> np.ndarray | None:
+        """The dense value (an encoding is decoded on first use and kept); None for activations."""
         if self._data is None and self.encoding is not None:
             self._data = self.encoding.decode()
         return self._data
@@ -55,10 +56,12 @@ class Tensor:
 
     @property
     def is_constant(self) -> bool:
+        """True for weights and other constants (dense or encoded), False for run-time tensors."""
         return self._data is not None or self.encoding is not None
 
     @property
     def size(self) -> int:
+        """Number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
@@ -72,6 +75,7 @@ class Tensor:
         return self.encoding.nbytes if self.encoding is not None else self.nbytes
 
     def copy(self) -> "Tensor":
+        """A new Tensor sharing this one's (never mutated) value or encoding."""
         return Tensor(self.name, self.shape, self.dtype, self._data, self.encoding)
 
     def __repr__(self) -> str:
@@ -82,6 +86,8 @@ class Tensor:
 
 @dataclass
 class Node:
+    """One operation: ``op`` (an ONNX op type in the IR's canonical form), its input and output
+    tensor names and its attributes (``fused_activation`` holds an activation the op applies)."""
     op: str
     name: str
     inputs: list[str]  # "" marks an omitted optional input
@@ -94,6 +100,13 @@ class Node:
 
 
 class Graph:
+    """A model: named tensors, nodes in topological order, graph inputs and outputs, metadata.
+
+    Build one by hand with :meth:`add_input`, :meth:`add_constant` and :meth:`add_node` (then append
+    output names to ``outputs``), or get one from ``Session(model).graph``; a Graph can be run with
+    ``Session(graph)``, packed with ``edgesdk.compress.pack_model`` or exported with
+    ``edgesdk.export.export_onnx``."""
+
     def __init__(self, name: str = "graph") -> None:
         self.name = name
         self.tensors: dict[str, Tensor] = {}
@@ -104,16 +117,19 @@ class Graph:
 
     # -- construction -------------------------------------------------------------------------
     def add_input(self, name: str, shape: Iterable[int], dtype: Any = np.float32) -> Tensor:
+        """Declare a graph input of fixed ``shape``."""
         tensor = self.add_tensor(name, shape, dtype)
         self.inputs.append(name)
         return tensor
 
     def add_tensor(self, name: str, shape: Iterable[int], dtype: Any) -> Tensor:
+        """Declare a run-time tensor (a node output) of fixed ``shape`` and ``dtype``."""
         tensor = Tensor(name, tuple(int(d) for d in shape), np.dtype(dtype))
         self.tensors[name] = tensor
         return tensor
 
     def add_constant(self, name: str, value: np.ndarray) -> Tensor:
+        """Add a constant (a weight); ``value`` is kept, not copied, and must not be mutated later."""
         value = np.asarray(value)
         tensor = Tensor(name, tuple(value.shape), value.dtype, value)
         self.tensors[name] = tensor
@@ -127,11 +143,14 @@ class Graph:
 
     def add_node(self, op: str, inputs: list[str], outputs: list[str], name: str | None = None,
                  **attrs: Any) -> Node:
+        """Append a node (``name`` defaults to a unique one from ``op``); shapes are inferred when a
+        Session loads the graph."""
         node = Node(op, name or self.unique_name(op), list(inputs), list(outputs), dict(attrs))
         self.nodes.append(node)
         return node
 
     def unique_name(self, base: str) -> str:
+        """``base``, or ``base_1``, ``base_2``... whichever no node or tensor uses yet."""
         taken = {n.name for n in self.nodes} | set(self.tensors)
         if base not in taken:
             return base
@@ -146,9 +165,11 @@ class Graph:
         return None if tensor is None else tensor.data
 
     def producers(self) -> dict[str, Node]:
+        """Tensor name -> the node that writes it."""
         return {out: node for node in self.nodes for out in node.outputs if out}
 
     def consumers(self) -> dict[str, list[Node]]:
+        """Tensor name -> the nodes that read it, in node order."""
         users: dict[str, list[Node]] = {}
         for node in self.nodes:
             for name in node.inputs:
@@ -157,6 +178,7 @@ class Graph:
         return users
 
     def constants(self) -> Iterator[Tensor]:
+        """Every constant tensor (dense or encoded)."""
         return (t for t in self.tensors.values() if t.is_constant)
 
     # -- maintenance --------------------------------------------------------------------------
@@ -195,6 +217,7 @@ class Graph:
         self.nodes = ordered
 
     def remove_unused_tensors(self) -> None:
+        """Drop tensors no node, input or output refers to."""
         used = set(self.inputs) | set(self.outputs)
         for node in self.nodes:
             used.update(n for n in node.inputs + node.outputs if n)
