@@ -162,3 +162,22 @@ def test_finetune_takes_a_builtin_recipe_by_name_and_packs(tmp_path):
     assert Recipe.from_dict(stored) == Recipe.from_dict(DIGITS_RECIPES["prune+cluster2-25x"])
     bad = cli("finetune", "--recipe", "no-such-recipe", "-o", str(tmp_path / "x.edgepkg"), check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "no-such-recipe" in bad.stderr
+
+
+def test_export_a_package_back_to_onnx(tmp_path, conv_model):
+    import onnx
+    from conftest import ort_run
+    package, exported = tmp_path / "conv.edgepkg", tmp_path / "conv.onnx"
+    cli("pack", str(conv_model), "-o", str(package), "--cluster-bits", "4")
+    out = cli("export", str(package), "-o", str(exported)).stdout
+    assert f"wrote {exported}" in out
+    model = onnx.load(str(exported))
+    onnx.checker.check_model(model, full_check=True)
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    cli("run", str(package), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npz"))
+    np.testing.assert_allclose(ort_run(model, {"x": x})[0], np.load(tmp_path / "y.npz")["y"], rtol=1e-4, atol=1e-5)
+    tflite = tmp_path / "m.tflite"
+    tflite.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(32))
+    bad = cli("export", str(tflite), "-o", str(tmp_path / "t.onnx"), check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "tf2onnx" in bad.stderr
