@@ -38,6 +38,10 @@ class InputError(EdgeSDKError, ValueError):
     """A feed passed to Session.run has the wrong name, shape or dtype."""
 
 
+class SessionClosedError(EdgeSDKError, RuntimeError):
+    """The Session (or an io binding of it) was closed; create a new one to run again."""
+
+
 class DatasetError(EdgeSDKError):
     """An evaluation dataset is missing, malformed or does not fit the model."""
 

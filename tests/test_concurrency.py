@@ -154,3 +154,29 @@ def run_child(script: str) -> None:
                           timeout=300)
     tail = (done.stdout + done.stderr)[-2000:]
     assert done.returncode == 0, f"child exited with {done.returncode} (negative: killed by that signal): {tail}"
+
+
+def test_reference_thread_limit_holds_until_the_last_overlapping_run_ends() -> None:
+    """threads=1 limits BLAS process-wide during a reference run. threadpoolctl's limit()
+    restores what it saw on entry, so with two runs in flight the first one out lifted the
+    limit under the second, and the second one out left the process limited for good. The
+    runs' limit scopes are entered and left in that overlapping order here, on the main thread
+    (this OpenBLAS ignores set_num_threads from other threads)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    controllers = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+    if not controllers:
+        pytest.skip("numpy uses no BLAS threadpoolctl can see")
+    backend = edgesdk.Session(conv_model(), backend="reference", threads=1)._impl
+
+    def blas_threads() -> set[int]:
+        return {c.get_num_threads() for c in controllers}
+
+    with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):
+        first, second = backend._thread_limit(), backend._thread_limit()
+        first.__enter__()
+        second.__enter__()
+        assert blas_threads() == {1}
+        first.__exit__(None, None, None)
+        assert blas_threads() == {1}, "the first run out lifted the limit under the second"
+        second.__exit__(None, None, None)
+        assert blas_threads() == {3}, "the limit from before the runs did not come back"

@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, UnsupportedOperatorError
+from ...errors import BackendUnavailableError, SessionClosedError, UnsupportedOperatorError
 from ...native import cpu_features
 from ...profile.records import MemoryReport, OpRecord, ProfileReport
 from ...runtime.cost import op_label
@@ -19,7 +19,7 @@ from ...runtime.precision import PRECISIONS
 from ..base import Backend
 from ..reference import ReferenceBackend
 from .ops import LOWERINGS
-from .program import Builder, Slot, Views, aligned_empty, assign_offsets
+from .program import Binder, Builder, Pool, Runner, Slot, Views, aligned_empty, assign_offsets
 from .threads import physical_cores
 
 
@@ -45,7 +45,10 @@ class StepInfo:
 
 class CPUBackend(Backend):
     """Native SIMD kernels (runtime ISA dispatch), NHWC activations in one arena, weights packed
-    once per session. ``threads`` defaults to the physical cores this process may use."""
+    once per session. ``threads`` defaults to the physical cores this process may use.
+
+    Concurrent runs: each run borrows an arena (with its bound steps) from a pool that grows to
+    the peak number of runs in flight; the packed weights are shared read-only."""
 
     name = "cpu"
     precisions = PRECISIONS
@@ -83,25 +86,37 @@ class CPUBackend(Backend):
         buffers = builder.buffers()
         self.arena_bytes = assign_offsets(buffers)
         self._unplanned_bytes = sum(b.nbytes for b in buffers)
-        self._arena = aligned_empty(self.arena_bytes)
-        views = Views(self._arena)
         self.steps = tuple(StepInfo(s.node, s.op, s.placement, s.note, sum(b.nbytes for b in s.writes))
                            for s in builder.steps)
-        self._runners = [s.binder(views) for s in builder.steps if s.placement != "view"]
-        self._inputs = [(name, views[slot]) for name, slot in builder.inputs.items()]
-        self._outputs = [(name, _output_reader(views, slot)) for name, slot in outputs.items()]
+        binders = [s.binder for s in builder.steps if s.placement != "view"]
+        inputs, arena_bytes = dict(builder.inputs), self.arena_bytes
+        self._arenas: Pool[BoundArena] = Pool(lambda: BoundArena(arena_bytes, binders, inputs, outputs),
+                                              lambda: SessionClosedError("the cpu backend of this session is "
+                                                                         "closed; create a new Session"))
+        self._arenas.prime()
+
+    @property
+    def arena_count(self) -> int:
+        """Arenas made so far: one per run that was in flight at the same time, at the peak."""
+        return self._arenas.created
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self._execute(feeds, self._runners)
+        with self._arenas.lend() as arena:
+            return arena.execute(feeds, arena.runners)
+
+    def close(self) -> None:
+        """Drop the arenas (runs in flight finish on theirs; their memory goes when they return)."""
+        self._arenas.close()
 
     def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
         """Run once, timing each prepared step on the host: every node and every layout
         conversion the backend inserted (views take no time)."""
-        seconds = [0.0] * len(self._runners)
-        timed = [_timed(runner, seconds, i) for i, runner in enumerate(self._runners)]
-        start = time.perf_counter()
-        outputs = self._execute(feeds, timed)
-        wall_ms = (time.perf_counter() - start) * 1e3
+        with self._arenas.lend() as arena:
+            seconds = [0.0] * len(arena.runners)
+            timed = [_timed(runner, seconds, i) for i, runner in enumerate(arena.runners)]
+            start = time.perf_counter()
+            outputs = arena.execute(feeds, timed)
+            wall_ms = (time.perf_counter() - start) * 1e3
         graph = self.plan.graph
         nodes = {node.name: node for node in graph.nodes}
         spent = iter(seconds)
@@ -117,14 +132,6 @@ class CPUBackend(Backend):
                 scratch_bytes=0, note=step.note))
         return ProfileReport(self.device_label, self.precision, "arena", wall_ms, tuple(records),
                              self.memory_report, outputs)
-
-    def _execute(self, feeds: dict[str, np.ndarray], runners: list[Callable[[], None]]) -> dict[str, np.ndarray]:
-        """The run loop over ``runners``: the prepared steps, or timed wrappers of them (profile)."""
-        for name, buffer in self._inputs:
-            np.copyto(buffer, feeds[name])
-        for runner in runners:
-            runner()
-        return {name: read() for name, read in self._outputs}
 
     @property
     def device_label(self) -> str:
@@ -154,6 +161,26 @@ class CPUBackend(Backend):
     def describe(self) -> list[dict[str, str]]:
         """One record per prepared step, conversions included."""
         return [{"node": s.node, "op": s.op, "placement": s.placement, "note": s.note} for s in self.steps]
+
+
+class BoundArena:
+    """One activation arena with the prepared steps bound to it: what one run in flight owns.
+    Arenas share the packed weights (read-only) and nothing else."""
+
+    def __init__(self, nbytes: int, binders: list[Binder], inputs: dict[str, Slot], outputs: dict[str, Slot]) -> None:
+        self.memory = aligned_empty(nbytes)
+        views = Views(self.memory)
+        self.runners: list[Runner] = [bind(views) for bind in binders]
+        self.inputs = [(name, views[slot]) for name, slot in inputs.items()]
+        self.outputs = [(name, _output_reader(views, slot)) for name, slot in outputs.items()]
+
+    def execute(self, feeds: dict[str, np.ndarray], runners: list[Runner]) -> dict[str, np.ndarray]:
+        """The run loop over ``runners``: the prepared steps, or timed wrappers of them (profile)."""
+        for name, buffer in self.inputs:
+            np.copyto(buffer, feeds[name])
+        for runner in runners:
+            runner()
+        return {name: read() for name, read in self.outputs}
 
 
 def _timed(runner: Callable[[], None], seconds: list[float], index: int) -> Callable[[], None]:

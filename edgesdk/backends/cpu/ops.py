@@ -135,16 +135,17 @@ def conv(node: Node, b: Builder) -> None:
     x = b.read(x_name, NHWC)
     y = b.write(node.outputs[0], NHWC)
     geometry = _conv_geometry(node)
-    plan = k.ConvPlan(packed, list(x.storage_shape), tuple(wt.shape[2:]), **geometry)
+    # A ConvPlan caches per-call state (indirection buffer, fp16 input copy): one per arena.
+    new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(wt.shape[2:]), **geometry)
     act, threads = _fused(node), b.threads_for(node)
-    kind = "1x1 GEMM" if plan.is_gemm else "indirect conv"
+    kind = "1x1 GEMM" if new_plan().is_gemm else "indirect conv"
     if act[0] in _POST_PASS_ACTIVATIONS and out_channels < packed.nr:
         # Narrow outputs (LeNet's first conv): the kernel's per-tile activation pass would run
         # on rows of a few channels; one pass over the whole output is cheaper.
-        b.emit(node, "native", lambda v: _then_activate(partial(plan.run, v[x], v[y], *NO_ACT, threads), v[y], act,
-                                                         threads), f"{kind}, {how}, activation as a separate pass")
+        b.emit(node, "native", lambda v: _then_activate(partial(new_plan().run, v[x], v[y], *NO_ACT, threads), v[y],
+                                                         act, threads), f"{kind}, {how}, activation as a separate pass")
         return
-    b.emit(node, "native", lambda v: partial(plan.run, v[x], v[y], *act, threads), f"{kind}, {how}")
+    b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads), f"{kind}, {how}")
 
 
 def _conv_depthwise(node: Node, b: Builder, bias: np.ndarray | None) -> None:
@@ -174,15 +175,16 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     xg = b.scratch((n, h, w_, cg))
     yg = b.scratch((n, oh, ow, og))
     geometry = _conv_geometry(node)
-    plans = []
+    new_plans = []  # ConvPlans are made per arena (see conv)
     for i in range(group):
         part_bias = None if bias is None else np.ascontiguousarray(bias[i * og:(i + 1) * og])
         packed = W.pack_dense(k, W.conv_columns(matrix[i * og:(i + 1) * og]), part_bias, b.precision)
-        plans.append(k.ConvPlan(packed, [n, h, w_, cg], tuple(wt.shape[2:]), **geometry))
+        new_plans.append(partial(k.ConvPlan, packed, [n, h, w_, cg], tuple(wt.shape[2:]), **geometry))
     act, threads = _fused(node), b.threads_for(node)
 
     def bind(v: Views) -> Runner:
         xs, ys, xbuf, ybuf = v[x], v[y], v[xg], v[yg]
+        plans = [new_plan() for new_plan in new_plans]
         parts = [(xs[..., i * cg:(i + 1) * cg], plan, ys[..., i * og:(i + 1) * og]) for i, plan in enumerate(plans)]
 
         def run() -> None:
@@ -196,7 +198,7 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
 
 class _Im2col:
     """(pixels, KH*KW*C) rows of NHWC windows for the clustered GEMM; padding goes through a
-    persistent zero-bordered copy of the input (its border is written once)."""
+    zero-bordered copy of the input per arena (its border is written once)."""
 
     def __init__(self, node: Node, b: Builder, x: Slot) -> None:
         a = node.attrs
@@ -205,17 +207,17 @@ class _Im2col:
             tuple(b.graph.tensors[node.inputs[1]].shape[2:]), a["strides"], a["dilations"])
         self.top, self.left, bottom, right = a["pads"]
         _, _, self.oh, self.ow = b.shape(node.outputs[0])
-        self.padded = (np.zeros((n, h + self.top + bottom, w + self.left + right, c), np.float32)
-                       if any(a["pads"]) else None)
+        self.padded_shape = (n, h + self.top + bottom, w + self.left + right, c) if any(a["pads"]) else None
         self.cols = b.scratch((n * self.oh * self.ow, self.kh * self.kw * c))
         self.x, self.h, self.w = x, h, w
 
     def bind(self, v: Views) -> tuple[Runner, np.ndarray]:
         src, cols = v[self.x], v[self.cols]
-        if self.padded is not None:
-            interior = self.padded[:, self.top:self.top + self.h, self.left:self.left + self.w]
+        if self.padded_shape is not None:
+            padded = np.zeros(self.padded_shape, np.float32)  # per arena: runs in flight write it
+            interior = padded[:, self.top:self.top + self.h, self.left:self.left + self.w]
             fill = partial(np.copyto, interior, src)
-            src = self.padded
+            src = padded
         else:
             fill = None
         n, _, _, c = src.shape
@@ -267,9 +269,9 @@ def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None
     assign = W.nnm_assignment(enc)
     if enc.mode == "shared":
         packed = W.pack_dense(k, W.conv_columns(enc.centroids), None, b.precision)
-        plan = k.ConvPlan(packed, list(x.storage_shape), tuple(enc.shape[2:]), **geometry)
+        new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(enc.shape[2:]), **geometry)
         cent = b.scratch((n, oh, ow, enc.centroids.shape[0]))
-        centroid_conv = lambda v: partial(plan.run, v[x], v[cent], *NO_ACT, b.threads_for(node))  # noqa: E731
+        centroid_conv = lambda v: partial(new_plan().run, v[x], v[cent], *NO_ACT, b.threads_for(node))  # noqa: E731
     else:
         dw = W.nnm_depthwise_weights(enc, b.precision)
         cent = b.scratch((n, oh, ow, dw.shape[-1]))

@@ -11,16 +11,23 @@ pooling and per-channel kernels read). Each tensor is stored in the layout its p
 a consumer that needs the other one gets a conversion step, shared by every later consumer. When
 C == 1 or H*W == 1 both orders are the same bytes and no conversion is ever made.
 
+Threads: binders may be called any number of times, once per arena; everything a runner writes
+(the arena, and per-call native state such as a convolution's indirection buffer) must come
+from its binder, so that each arena's runners share nothing mutable with another arena's. The
+backend lends one arena per in-flight run from a :class:`Pool`.
+
 Memory: every activation buffer gets an interval [first write, last read] in step indices (the
 plan's step order and release points, plus the conversion steps added here); buffers whose
 intervals do not overlap share arena bytes (greedy, largest first, 64-byte aligned offsets).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
+from typing import Callable, Generic, Iterator, TypeVar
 
 import numpy as np
 
@@ -35,6 +42,7 @@ ALIGN = 64
 PARALLEL_MIN_WORK = 500_000
 
 Runner = Callable[[], None]
+T = TypeVar("T")
 
 
 def same_bytes_in_both_layouts(shape: tuple[int, ...]) -> bool:
@@ -286,3 +294,48 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
 def _aligned(n: int) -> int:
     return max(ALIGN, (n + ALIGN - 1) // ALIGN * ALIGN)
+
+
+class Pool(Generic[T]):
+    """Objects made by ``factory`` on demand and lent to one caller at a time.
+
+    A caller that finds no idle object gets a new one, so the pool grows to the peak number of
+    concurrent callers and no further (runs never wait for each other). ``close`` drops the idle
+    objects and makes later checkouts fail; objects still lent are dropped when they return."""
+
+    def __init__(self, factory: Callable[[], T], on_closed: Callable[[], Exception]) -> None:
+        self._factory = factory
+        self._on_closed = on_closed
+        self._idle: list[T] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.created = 0
+
+    def prime(self) -> None:
+        """Make one object now (so that set-up errors surface at session creation)."""
+        item = self._factory()
+        with self._lock:
+            self.created += 1
+            self._idle.append(item)
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[T]:
+        with self._lock:
+            if self._closed:
+                raise self._on_closed()
+            item = self._idle.pop() if self._idle else None
+            if item is None:
+                self.created += 1
+        if item is None:
+            item = self._factory()  # outside the lock: binding an arena takes a while
+        try:
+            yield item
+        finally:
+            with self._lock:
+                if not self._closed:
+                    self._idle.append(item)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._idle.clear()

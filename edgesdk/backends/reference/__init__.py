@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -18,6 +20,9 @@ from .kernels import KERNELS, evaluate
 
 
 class ReferenceBackend(Backend):
+    """Every op in numpy. Runs share only read-only state (the decoded constants), so any
+    number may be in flight at once; ``threads`` limits BLAS through :class:`_SharedBlasLimit`."""
+
     name = "reference"
     precisions = PRECISIONS
 
@@ -80,14 +85,46 @@ class ReferenceBackend(Backend):
                             zero_copy=False, source="estimate: peak live activations of the plan (numpy "
                             "temporaries inside ops not counted) + decoded weights")
 
-    def _thread_limit(self):
+    def _thread_limit(self) -> contextlib.AbstractContextManager:
         if self.threads is None:
             return contextlib.nullcontext()
-        return _blas_controller().limit(limits=self.threads)
+        return _BLAS_LIMIT.limited(self.threads)
+
+
+class _SharedBlasLimit:
+    """The BLAS thread limit is process-wide state. threadpoolctl's ``limit()`` context saves
+    the current limit and restores it on exit, so two runs that overlap in time restore in the
+    wrong order and leave the process limited for good. Here the first run in flight sets the
+    limit, later ones count themselves in, and the last one out restores the original. While
+    runs of sessions with different ``threads`` overlap, the first one's limit holds (a matter
+    of speed only: results do not depend on the BLAS thread count)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._restore: Any = None  # threadpoolctl's limiter of the first run in flight
+
+    @contextlib.contextmanager
+    def limited(self, threads: int) -> Iterator[None]:
+        with self._lock:
+            if self._active == 0:
+                self._restore = _blas_controller().limit(limits=threads)
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0:
+                    self._restore.restore_original_limits()
+                    self._restore = None
+
+
+_BLAS_LIMIT = _SharedBlasLimit()
 
 
 @functools.cache
-def _blas_controller():
+def _blas_controller() -> Any:
     # Scanning the loaded BLAS libraries is slow; do it once per process, not per run.
     from threadpoolctl import ThreadpoolController  # comes with scikit-learn
     return ThreadpoolController()
