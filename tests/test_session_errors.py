@@ -143,7 +143,7 @@ def test_runtime_shape_input_refused_clearly():
 def test_fp16_reference_rounds_storage():
     model = single_node_model("Mul", (1, 4), {"c": np.array([1.0001, 3.0, 1 / 3, 7.0], np.float32)})
     x = np.array([[1.0, 1.0, 1.0, 1e-3]], np.float32)
-    got = edgesdk.Session(model, precision="fp16").run({"x": x})["y"]
+    got = edgesdk.Session(model, backend="reference", precision="fp16").run({"x": x})["y"]
     expected = (x.astype(np.float16).astype(np.float32) *
                 np.array([1.0001, 3.0, 1 / 3, 7.0], np.float32).astype(np.float16).astype(np.float32))
     np.testing.assert_array_equal(got, expected.astype(np.float16).astype(np.float32))

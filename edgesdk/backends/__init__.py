@@ -2,9 +2,19 @@
 from __future__ import annotations
 
 import importlib
+import logging
+from typing import TYPE_CHECKING
 
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, UnsupportedModelError
 from .base import Backend
+
+if TYPE_CHECKING:
+    from ..runtime.plan import ExecutionPlan
+
+log = logging.getLogger("edgesdk.backends")
+AUTO = "auto"
+# What "auto" tries, fastest first; the last one runs every model the SDK imports.
+AUTO_ORDER = ("cpu", "reference")
 
 # name -> "module:Class". Backends that need optional drivers are imported only when asked for.
 _REGISTRY: dict[str, str] = {
@@ -25,7 +35,13 @@ def _load(name: str) -> type[Backend]:
 
 
 def backend_names() -> list[str]:
+    """The registered backends (not "auto"; see :func:`backend_choices`)."""
     return list(_REGISTRY)
+
+
+def backend_choices() -> list[str]:
+    """What ``Session(backend=...)`` and the CLI accept: "auto" and every registered backend."""
+    return [AUTO, *_REGISTRY]
 
 
 def availability() -> dict[str, str | None]:
@@ -44,9 +60,15 @@ def available_backends() -> list[str]:
 
 
 def get_backend(name: str) -> type[Backend]:
+    """The class registered as ``name``; BackendUnavailableError (one line, with the reason and
+    the usable backends) when it is unknown or cannot run here."""
+    if name == AUTO:
+        raise BackendUnavailableError('"auto" picks a backend per model: pass it to Session() or '
+                                      'create_backend(), or name one of ' + ", ".join(available_backends()))
     if name not in _REGISTRY:
         raise BackendUnavailableError(
-            f"unknown backend {name!r}; available backends: {', '.join(available_backends())}")
+            f"unknown backend {name!r}; choose auto or one of the available backends: "
+            f"{', '.join(available_backends())}")
     try:
         cls = _load(name)
         reason = cls.unavailable_reason()
@@ -56,3 +78,32 @@ def get_backend(name: str) -> type[Backend]:
         raise BackendUnavailableError(
             f"backend {name!r} is unavailable: {reason}; available backends: {', '.join(available_backends())}")
     return cls
+
+
+def check_precision(cls: type[Backend], precision: str) -> None:
+    if precision not in cls.precisions:
+        raise BackendUnavailableError(
+            f"precision {precision!r} is not supported by backend {cls.name!r}; choose one of "
+            f"{', '.join(cls.precisions)}")
+
+
+def create_backend(name: str, plan: "ExecutionPlan", *, precision: str = "fp32",
+                   threads: int | None = None) -> Backend:
+    """An instance of backend ``name`` for ``plan``. ``"auto"`` tries :data:`AUTO_ORDER` in
+    turn: a backend that is unavailable here or cannot run this model (an operator or variant
+    it lacks) is skipped with a log line; the last one's error, if any, is raised."""
+    if name != AUTO:
+        cls = get_backend(name)
+        check_precision(cls, precision)
+        return cls(plan, precision=precision, threads=threads)
+    *preferred, last = AUTO_ORDER
+    for candidate in preferred:
+        try:
+            cls = get_backend(candidate)
+            check_precision(cls, precision)
+            return cls(plan, precision=precision, threads=threads)
+        except (BackendUnavailableError, UnsupportedModelError) as exc:
+            log.info("backend auto: not %s (%s)", candidate, exc)
+    cls = get_backend(last)
+    check_precision(cls, precision)
+    return cls(plan, precision=precision, threads=threads)

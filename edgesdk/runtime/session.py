@@ -1,77 +1,238 @@
-"""Session: load a model, optimise it, plan it and run it on one backend."""
+"""Session: load a model, optimise it, plan it and run it on one backend.
+
+Threads: :meth:`Session.run`, :meth:`Session.profile` and :meth:`Session.io_binding` may be
+called from any number of threads at once, on every backend and precision; each call returns
+what a call alone would have returned. :meth:`Session.close` waits for the calls in flight, then
+frees the session's memory; later calls raise :class:`~edgesdk.errors.SessionClosedError`.
+"""
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+import logging
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, overload
 
 import numpy as np
 
-from ..backends import get_backend
-from ..errors import BackendUnavailableError, InputError
+from ..backends import create_backend
+from ..backends.base import IOBinding
+from ..errors import InputError, SessionClosedError
 from ..graph import Graph
-from ..loader import load_model
-from ..onnx_import import InputShapes
 from ..passes import optimize as optimize_graph
-from ..profile.records import ProfileReport
 from .plan import make_plan
+
+if TYPE_CHECKING:
+    from ..onnx_import import InputShapes
+    from ..profile.records import ProfileReport
+
+log = logging.getLogger("edgesdk.session")
+
+# numpy dtype -> ONNX Runtime's NodeArg.type spelling
+_ORT_TYPES = {"float32": "float", "float16": "float16", "float64": "double", "int8": "int8", "uint8": "uint8",
+              "int16": "int16", "uint16": "uint16", "int32": "int32", "uint32": "uint32", "int64": "int64",
+              "uint64": "uint64", "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A graph input or output as ONNX Runtime's ``NodeArg`` describes it."""
+    name: str
+    shape: list[int]
+    type: str  # "tensor(float)", ONNX Runtime's spelling
+    dtype: np.dtype
+
+    @classmethod
+    def of(cls, name: str, shape: tuple[int, ...], dtype: Any) -> "TensorInfo":
+        dtype = np.dtype(dtype)
+        return cls(name, list(shape), f"tensor({_ORT_TYPES.get(dtype.name, dtype.name)})", dtype)
 
 
 class Session:
     """Run a model on a backend.
 
-    >>> sess = Session("model.onnx", backend="reference")
-    >>> out = sess.run({sess.input_names[0]: x})[sess.output_names[0]]
+    >>> sess = Session("model.onnx")                 # backend="auto": the fastest one here
+    >>> out = sess.run({sess.input_names[0]: x})     # -> {output name: array}
+    >>> logits, = sess.run(None, {"input": x})       # ONNX Runtime's order -> [array, ...]
+
+    ``backend`` is ``"auto"`` (cpu where its native module loads and it builds this model, else
+    reference), or a name from :func:`edgesdk.backends.backend_names`; the name in use is
+    ``sess.backend``. ``precision`` is ``"fp32"`` or ``"fp16"``; ``threads`` the kernel threads
+    (None: the backend's default). Thread-safe; usable as a context manager (closes on exit).
     """
 
-    def __init__(self, model: Any, backend: str = "reference", precision: str = "fp32",
-                 threads: int | None = None, *, input_shapes: InputShapes | None = None,
+    def __init__(self, model: Any, backend: str = "auto", precision: str = "fp32",
+                 threads: int | None = None, *, input_shapes: "InputShapes | None" = None,
                  optimize: bool = True) -> None:
-        backend_cls = get_backend(backend)
-        if precision not in backend_cls.precisions:
-            raise BackendUnavailableError(
-                f"precision {precision!r} is not supported by backend {backend!r}; choose one of "
-                f"{', '.join(backend_cls.precisions)}")
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
+        from ..loader import load_model  # imports the ONNX reader only when a Session is made
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
             raise InputError(f"threads must be a positive integer or None, got {threads!r}")
         graph = load_model(model, input_shapes)
         self.optimization_stats = optimize_graph(graph) if optimize else {}
         self.graph: Graph = graph
         self.plan = make_plan(graph)
-        self.backend = backend_cls.name
         self.precision = precision
         self.threads = threads
-        self._impl = backend_cls(self.plan, precision=precision, threads=threads)
+        self._impl = create_backend(backend, self.plan, precision=precision, threads=threads)
+        self.backend: str = self._impl.name
+        self._state = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        self._bindings: weakref.WeakSet[IOBinding] = weakref.WeakSet()
 
+    # -- model description --------------------------------------------------------------------
     @property
     def input_names(self) -> list[str]:
+        """Graph input names, in order."""
         return list(self.graph.inputs)
 
     @property
     def output_names(self) -> list[str]:
+        """Graph output names, in order."""
         return list(self.graph.outputs)
 
     @property
     def input_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Input name -> shape (fixed at load time)."""
         return {n: self.graph.tensors[n].shape for n in self.graph.inputs}
 
     @property
     def output_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Output name -> shape."""
         return {n: self.graph.tensors[n].shape for n in self.graph.outputs}
 
-    def run(self, feeds: Mapping[str, np.ndarray], output_names: list[str] | None = None
-            ) -> dict[str, np.ndarray]:
-        """Run once. ``feeds`` maps every input name to a float32 array of its exact shape."""
+    def get_inputs(self) -> list[TensorInfo]:
+        """The inputs as ONNX Runtime lists them: objects with ``.name``, ``.shape``, ``.type``."""
+        return [TensorInfo.of(n, self.graph.tensors[n].shape, self.graph.tensors[n].dtype) for n in self.graph.inputs]
+
+    def get_outputs(self) -> list[TensorInfo]:
+        """The outputs as ONNX Runtime lists them: objects with ``.name``, ``.shape``, ``.type``."""
+        return [TensorInfo.of(n, self.graph.tensors[n].shape, self.graph.tensors[n].dtype) for n in self.graph.outputs]
+
+    # -- running ------------------------------------------------------------------------------
+    @overload
+    def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None
+            ) -> dict[str, np.ndarray]: ...
+
+    @overload
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray],
+            run_options: None = None) -> list[np.ndarray]: ...
+
+    def run(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray] | list[np.ndarray]:
+        """Run once. Two call styles:
+
+        * ``run(feeds)`` / ``run(feeds, output_names=[...])`` -> ``{name: array}``;
+        * ONNX Runtime's ``run(output_names, input_feed)`` with ``output_names`` None (every
+          output) or a list of names -> ``[array, ...]`` in that order.
+
+        ``feeds`` maps every input name to an array of its exact shape and dtype. The arrays
+        returned belong to the caller. Safe to call from several threads at once."""
+        feeds, wanted, as_list = self._parse_run_call(args, kwargs)
         checked = self._check_feeds(feeds)
-        wanted = self.output_names if output_names is None else list(output_names)
-        unknown = [n for n in wanted if n not in self.graph.outputs]
-        if unknown:
-            raise InputError(f"unknown output names {unknown}; outputs are {self.output_names}")
-        results = self._impl.run(checked)
+        wanted = self._check_output_names(wanted)
+        with self._running():
+            results = self._impl.run(checked)
+        if as_list:
+            return [results[name] for name in wanted]
         return {name: results[name] for name in wanted}
 
-    def profile(self, feeds: Mapping[str, np.ndarray]) -> ProfileReport:
+    def profile(self, feeds: Mapping[str, np.ndarray]) -> "ProfileReport":
         """Run once with per-op timing, placement and memory; the outputs are in ``report.outputs``.
-        For repeated runs, statistics, sensors and reports see :func:`edgesdk.profile.profile_session`."""
-        return self._impl.profile(self._check_feeds(feeds))
+        For repeated runs, statistics, sensors and reports see :func:`edgesdk.profile.profile_session`.
+        Safe to call from several threads at once, alongside :meth:`run`."""
+        checked = self._check_feeds(feeds)
+        with self._running():
+            return self._impl.profile(checked)
+
+    def io_binding(self) -> IOBinding:
+        """Input and output memory of the caller's own, filled and read in place: on the opencl
+        backend the device buffers themselves (mapped, zero-copy mode), host arrays elsewhere.
+
+        >>> binding = sess.io_binding()
+        >>> binding.input("x")[...] = frame
+        >>> binding.run()
+        >>> y = binding.output("y")      # read-only; valid until the next binding.run()
+
+        See :class:`edgesdk.backends.base.IOBinding` for the mapping rules. Use one binding
+        per thread; close it (or use ``with``) to free its buffers early."""
+        with self._running():
+            binding = self._impl.io_binding()
+            self._bindings.add(binding)
+        return binding
+
+    def close(self) -> None:
+        """Wait for the runs in flight, close the io bindings and free the session's memory
+        (arenas, device buffers). Later calls raise SessionClosedError. Idempotent."""
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            self._state.wait_for(lambda: self._in_flight == 0)
+        for binding in list(self._bindings):
+            binding.close()
+        self._impl.close()
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        """Counts a call in flight, so that close() frees nothing under it."""
+        with self._state:
+            if self._closed:
+                raise SessionClosedError(f"session of {self.graph.name!r} is closed; create a new Session to run it")
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._state:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._state.notify_all()
+
+    @staticmethod
+    def _parse_run_call(args: tuple[Any, ...], kwargs: dict[str, Any]
+                        ) -> tuple[Any, Sequence[str] | None, bool]:
+        """(feeds, output names or None, whether to return a list) from either call style."""
+        unknown = set(kwargs) - {"feeds", "output_names", "input_feed", "run_options"}
+        if unknown or len(args) > 3:
+            raise InputError(f"Session.run takes (feeds, output_names=None) or ONNX Runtime's (output_names, "
+                             f"input_feed); got {len(args)} positional arguments and {sorted(kwargs)}")
+        if kwargs.get("run_options") is not None or (len(args) == 3 and args[2] is not None):
+            raise InputError("run_options is not supported; pass None or leave it out")
+        first = args[0] if args else kwargs.get("feeds")
+        if isinstance(first, Mapping) and "input_feed" not in kwargs:  # run(feeds[, output_names])
+            if len(args) > 1 and "output_names" in kwargs:
+                raise InputError("output_names given twice (positionally and by keyword)")
+            names = args[1] if len(args) > 1 else kwargs.get("output_names")
+            return first, names, False
+        # ONNX Runtime's order: run(output_names, input_feed)
+        names = args[0] if args else kwargs.get("output_names")
+        feeds = args[1] if len(args) > 1 else kwargs.get("input_feed")
+        if feeds is None:
+            raise InputError("Session.run needs the feeds: run({name: array}) or run(None, {name: array})")
+        return feeds, names, True
+
+    def _check_output_names(self, names: Sequence[str] | None) -> list[str]:
+        if names is None:
+            return self.output_names
+        if isinstance(names, str) or not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
+            raise InputError(f"output_names must be None or a list of output names, got {names!r}; "
+                             f"outputs are {self.output_names}")
+        unknown = [n for n in names if n not in self.graph.outputs]
+        if unknown:
+            raise InputError(f"unknown output names {unknown}; outputs are {self.output_names}")
+        return list(names)
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not isinstance(feeds, Mapping):
@@ -97,5 +258,6 @@ class Session:
         return checked
 
     def __repr__(self) -> str:
+        closed = ", closed" if self._closed else ""
         return (f"Session({self.graph.name!r}, backend={self.backend!r}, precision={self.precision!r}, "
-                f"inputs={self.input_shapes}, outputs={self.output_shapes})")
+                f"inputs={self.input_shapes}, outputs={self.output_shapes}{closed})")

@@ -13,24 +13,33 @@ Set-up (``__init__``), in order:
 
 Backend options come from arguments or the environment: ``device`` / EDGESDK_OPENCL_DEVICE,
 ``config`` / EDGESDK_OPENCL_CONFIG, ``memory`` ("zero_copy" | "copy") / EDGESDK_OPENCL_MEMORY.
+
+Threads: a session owns one arena and one set of kernels whose arguments point into it, and the
+device runs one in-order queue, so the runs of one session take turns: a lock covers writing the
+feeds, enqueueing, waiting and reading the outputs (the buffer maps of concurrent runs crashed the
+driver without it). Sessions do not share buffers, so different sessions never wait for each
+other's lock (only for the device). An :class:`OpenCLIOBinding` has input/output buffers of its
+own; under the lock, the kernels that touch graph inputs/outputs are pointed at the set of
+io buffers of the run in progress.
 """
 from __future__ import annotations
 
 import logging
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, InputError, UnsupportedModelError
+from ...errors import BackendUnavailableError, SessionClosedError, UnsupportedModelError
 from ...graph import Node
 from ...runtime.cost import op_label
 from ...runtime.plan import ExecutionPlan
 from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
-from ..base import Backend
+from ..base import Backend, IOBinding
 from . import ops_basic, ops_linear  # noqa: F401 (register the lowerings)
 from .config import DeviceConfig, load_device_config
 from .device import Device, open_device, unavailable_reason
@@ -79,13 +88,15 @@ class OpenCLBackend(Backend):
         self.programs = program_cache(self.device)
         self.weights: list[WeightRecord] = []
         self._weight_bytes_by_tensor: dict[str, int] = {}
-        self._views: dict[str, tuple[DeviceBuffer, np.ndarray]] = {}
-        self._staged: dict[str, np.ndarray] = {}
+        self._lock = threading.RLock()  # one run of this session at a time (see the module docstring)
+        self._closed = False
         self._check_graph()
         self._half = self._storage()
         self._root = self._view_roots()
         self._tensors, self._io, self._scratch, self.memory_report = self._allocate()
         self._steps = self._lower()
+        self._io_args = self._io_arguments()
+        self._bound_io = self._io
         log.info("opencl backend on %s (%s, %s): %s", self.device.label, self.config.family, memory,
                  {p: sum(s.placement == p for s in self._steps) for p in ("opencl", "reference", "view")})
 
@@ -238,74 +249,69 @@ class OpenCLBackend(Backend):
     def fallback_reasons(self) -> dict[str, str]:
         return {s.node.name: s.note for s in self._steps if s.placement == "reference"}
 
-    # -- zero-copy host access -------------------------------------------------------------------
-    def input_view(self, name: str) -> np.ndarray:
-        """A writable float32 view of input ``name``'s device buffer (mapped in zero-copy mode, a
-        host staging array in copy mode). Fill it, call :meth:`unmap_views`, then :meth:`execute`."""
-        if name not in self.plan.graph.inputs:
-            raise InputError(f"unknown input {name!r}; inputs are {self.plan.graph.inputs}")
-        return self._view(name, write=True)
-
-    def output_view(self, name: str) -> np.ndarray:
-        """A read-only float32 view of output ``name`` after :meth:`execute` (valid until the next
-        run; mapped in zero-copy mode, so the buffer is host-owned until :meth:`unmap_views`)."""
-        if name not in self.plan.graph.outputs:
-            raise InputError(f"unknown output {name!r}; outputs are {self.plan.graph.outputs}")
-        view = self._view(name, write=False)
-        view.flags.writeable = False
-        return view
-
-    def _view(self, name: str, write: bool) -> np.ndarray:
-        shape = self.plan.graph.tensors[name].shape
-        buffer = self._io[self._root[name]]
-        if not self.zero_copy:
-            if write:
-                return self._staged.setdefault(name, np.zeros(shape, np.float32))
-            return buffer.read(np.float32, shape)
-        held = self._views.get(name)
-        if held is not None and buffer.mapped:
-            return held[1]
-        array = buffer.map(np.float32, shape, write=write, read=True)
-        self._views[name] = (buffer, array)
-        return array
-
-    def unmap_views(self) -> None:
-        """Hand every mapped input/output buffer back to the device."""
-        for buffer, _ in self._views.values():
-            buffer.unmap()
-        self._views.clear()
+    def _io_arguments(self) -> list[tuple[Any, int, str]]:
+        """(kernel, argument index, io root) for every kernel argument that is a graph input or
+        output buffer: what :meth:`_bind_io` re-points for an io binding's buffers."""
+        roots = {id(buffer): root for root, buffer in self._io.items()}
+        return [(launch.kernel, index, roots[id(buffer)])
+                for step in self._steps for launch in step.launches
+                for index, buffer in enumerate(launch.buffers) if id(buffer) in roots]
 
     # -- running ------------------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._write_feeds(feeds)
-        self.execute()
-        return self._read_outputs()
+        with self._lock:
+            self._check_open()
+            self._write_feeds(self._io, feeds)
+            self._execute(self._io)
+            return self._read_outputs(self._io)
 
-    def _write_feeds(self, feeds: dict[str, np.ndarray]) -> None:
+    def io_binding(self) -> "OpenCLIOBinding":
+        """Input/output device buffers of the caller's own, mapped for the host in zero-copy
+        mode (see :class:`OpenCLIOBinding`)."""
+        with self._lock:
+            self._check_open()
+            return OpenCLIOBinding(self)
+
+    def close(self) -> None:
+        """Drop the kernels and every device buffer (the driver frees them with the last
+        reference); later runs raise SessionClosedError."""
+        with self._lock:
+            self._closed = True
+            self._steps, self._io_args = [], []
+            self._io, self._bound_io, self._tensors, self._scratch = {}, {}, {}, {}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("this opencl session is closed; create a new Session")
+
+    def _write_feeds(self, io: dict[str, DeviceBuffer], feeds: dict[str, np.ndarray]) -> None:
         for name, value in feeds.items():
-            held = self._views.get(name)
-            if held is not None and np.shares_memory(held[1], value):
-                continue  # the caller filled the mapped buffer itself: nothing to copy
-            buffer = self._io[self._root[name]]
-            if self.zero_copy:
-                np.copyto(self._view(name, write=True), value)
-            else:
-                buffer.write(np.asarray(value, np.float32))
-                self._staged.pop(name, None)
-        self.unmap_views()
+            io[self._root[name]].write(np.asarray(value, np.float32))
 
-    def _read_outputs(self) -> dict[str, np.ndarray]:
+    def _read_outputs(self, io: dict[str, DeviceBuffer]) -> dict[str, np.ndarray]:
         graph = self.plan.graph
-        out = {}
-        for name in graph.outputs:
-            out[name] = self._io[self._root[name]].read(np.float32, graph.tensors[name].shape)
-        return out
+        return {name: io[self._root[name]].read(np.float32, graph.tensors[name].shape) for name in graph.outputs}
 
-    def execute(self) -> None:
-        """Run every step on the current contents of the input buffers. Raises MappedBufferError
-        if an input or output buffer is still mapped for the host."""
-        for name, staged in list(self._staged.items()):  # copy mode: views were host arrays
-            self._io[self._root[name]].write(staged)
+    def _bind_io(self, io: dict[str, DeviceBuffer]) -> None:
+        """Point the kernels' graph input/output arguments at ``io`` (the session's own buffers
+        or an io binding's). Caller holds the lock."""
+        for buffer in io.values():
+            buffer.check_device_owned("(run start)")
+        if io is self._bound_io:
+            return
+        for kernel, index, root in self._io_args:
+            kernel.set_arg(index, io[root].cl_buffer)
+        self._bound_io = io
+
+    def _buffer_of(self, name: str) -> DeviceBuffer:
+        """The buffer tensor ``name`` lives in for the run in progress."""
+        return self._bound_io.get(self._root[name]) or self._tensors[name].buffer
+
+    def _execute(self, io: dict[str, DeviceBuffer]) -> None:
+        """Run every step on the current contents of ``io``'s input buffers (caller holds the
+        lock). Raises MappedBufferError if a buffer a kernel uses is mapped for the host."""
+        self._check_open()
+        self._bind_io(io)
         queue = self.device.queue
         for step in self._steps:
             if step.placement == "opencl":
@@ -326,22 +332,30 @@ class OpenCLBackend(Backend):
             elif graph.tensors[name].is_constant:
                 inputs.append(round_to_storage(graph.tensors[name].data, self.precision))
             else:
-                ref = self._tensors[name]
-                ref.buffer.check_device_owned(f"reference:{node.name}")
-                inputs.append(ref.buffer.read(np.float16 if ref.half else np.float32, ref.shape).astype(np.float32))
+                ref, buffer = self._tensors[name], self._buffer_of(name)
+                buffer.check_device_owned(f"reference:{node.name}")
+                inputs.append(buffer.read(np.float16 if ref.half else np.float32, ref.shape).astype(np.float32))
         for name, value in zip(node.outputs, evaluate(node, inputs)):
             if name:
-                ref = self._tensors[name]
-                ref.buffer.check_device_owned(f"reference:{node.name}")
-                ref.buffer.write(np.asarray(value, np.float16 if ref.half else np.float32))
+                ref, buffer = self._tensors[name], self._buffer_of(name)
+                buffer.check_device_owned(f"reference:{node.name}")
+                buffer.write(np.asarray(value, np.float16 if ref.half else np.float32))
 
     def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
         """Run once with per-op timing: device time from the kernels' profiling events, host time
         spent per node, placement, and memory. ``report.outputs`` holds the outputs."""
-        start = time.perf_counter()
-        self._write_feeds(feeds)
-        for name, staged in list(self._staged.items()):
-            self._io[self._root[name]].write(staged)
+        with self._lock:
+            self._check_open()
+            start = time.perf_counter()
+            self._write_feeds(self._io, feeds)
+            self._bind_io(self._io)
+            timings = self._timed_steps()
+            outputs = self._read_outputs(self._io)
+            wall = time.perf_counter() - start
+        return self._profile_report(timings, outputs, wall)
+
+    def _timed_steps(self) -> list[tuple[list[Any], float]]:
+        """Enqueue every step, keeping its events and host time (caller holds the lock)."""
         queue = self.device.queue
         queue.finish()
         timings = []
@@ -356,8 +370,10 @@ class OpenCLBackend(Backend):
                 self._run_on_reference(step.node)
             timings.append((events, time.perf_counter() - t0))
         queue.finish()
-        outputs = self._read_outputs()
-        wall = time.perf_counter() - start
+        return timings
+
+    def _profile_report(self, timings: list[tuple[list[Any], float]], outputs: dict[str, np.ndarray],
+                        wall: float) -> ProfileReport:
         records = []
         for step, (events, host) in zip(self._steps, timings):
             device_ns = sum(e.profile.end - e.profile.start for e in events)
@@ -378,4 +394,64 @@ class OpenCLBackend(Backend):
                 f"{'zero_copy' if self.zero_copy else 'copy'}, config={self.config.family!r})")
 
 
-__all__ = ["OpenCLBackend", "MappedBufferError"]
+class OpenCLIOBinding(IOBinding):
+    """Input and output device buffers of its own (see :class:`~edgesdk.backends.base.IOBinding`
+    for the rules every backend keeps).
+
+    Zero-copy mode: ``input(name)`` maps the input buffer for the host (read and write) and
+    returns the mapped memory itself; ``run()`` unmaps every mapped buffer first, since a kernel
+    never runs on memory the host holds mapped, then runs the session's kernels on this
+    binding's buffers; ``output(name)`` maps the output buffer for reading. Nothing is copied on
+    the host. Copy mode: ``input(name)`` is a host staging array written to the device by each
+    ``run()`` and ``output(name)`` a host copy read after it."""
+
+    def __init__(self, backend: OpenCLBackend) -> None:
+        super().__init__(backend)
+        self._backend: OpenCLBackend = backend
+        self._roots = dict(backend._root)
+        self._buffers = {root: DeviceBuffer(backend.device, buffer.nbytes, label=f"binding:{root}",
+                                            zero_copy=backend.zero_copy)
+                         for root, buffer in backend._io.items()}
+        self._arrays: dict[str, np.ndarray] = {}  # mapped views (zero-copy) or host arrays (copy)
+        self._staged: dict[str, np.ndarray] = {}  # copy mode: the inputs, kept between runs
+
+    def _input_array(self, name: str) -> np.ndarray:
+        if not self._backend.zero_copy:
+            return self._staged.setdefault(name, np.zeros(self._shapes[name], np.float32))
+        return self._mapped(name, write=True)
+
+    def _output_array(self, name: str) -> np.ndarray:
+        if not self._backend.zero_copy:
+            array = self._arrays.get(name)
+            if array is None:
+                array = self._arrays[name] = self._buffers[self._roots[name]].read(np.float32, self._shapes[name])
+            return array
+        return self._mapped(name, write=False)
+
+    def _mapped(self, name: str, write: bool) -> np.ndarray:
+        array = self._arrays.get(name)
+        if array is None:
+            array = self._buffers[self._roots[name]].map(np.float32, self._shapes[name], write=write, read=True)
+            self._arrays[name] = array
+        return array
+
+    def _run(self) -> None:
+        self._unmap()
+        if not self._backend.zero_copy:
+            for name, staged in self._staged.items():
+                self._buffers[self._roots[name]].write(staged)
+        with self._backend._lock:
+            self._backend._execute(self._buffers)
+
+    def _unmap(self) -> None:
+        for buffer in self._buffers.values():
+            buffer.unmap()
+        self._arrays.clear()
+
+    def _release(self) -> None:
+        self._unmap()
+        self._staged.clear()
+        self._buffers.clear()
+
+
+__all__ = ["OpenCLBackend", "OpenCLIOBinding", "MappedBufferError"]

@@ -6,6 +6,9 @@ buffers private and moves data with explicit reads and writes (the private-memor
 A mapped buffer belongs to the host: :meth:`DeviceBuffer.check_device_owned` is called for every
 buffer a kernel touches, so a kernel can never run on memory the host may be writing (the RW/WW
 hazard the seed warns about).
+
+A DeviceBuffer is not thread-safe (its map state is one attribute): the backend maps and writes
+its buffers only under its run lock, and an io binding's buffers belong to that binding.
 """
 from __future__ import annotations
 
@@ -96,7 +99,7 @@ class DeviceBuffer:
     def check_device_owned(self, kernel: str) -> None:
         if self.mapped:
             raise MappedBufferError(f"kernel {kernel!r} would use buffer {self.label!r} while it is mapped "
-                                    f"for the host; unmap it first (backend.unmap_views())")
+                                    f"for the host; unmap it first (an io binding unmaps its buffers in binding.run())")
 
     def __repr__(self) -> str:
         return f"DeviceBuffer({self.label!r}, {self.nbytes} B{', mapped' if self.mapped else ''})"
