@@ -1,5 +1,5 @@
-"""The opencl backend's runtime: devices, device configs, the program binary cache, zero-copy
-views and the map-state guard, the activation arena, profiling and the fp16 product numerics."""
+"""The opencl backend's runtime: devices, device configs, the program binary cache, io bindings
+(zero-copy mapped buffers) and the map-state guard, the activation arena, profiling and the fp16 product numerics."""
 from __future__ import annotations
 
 import json
@@ -33,12 +33,12 @@ def rand(*shape: int) -> np.ndarray:
 
 
 def backend_for(model, **options) -> OpenCLBackend:
-    sess = edgesdk.Session(model)  # for its optimised plan
+    sess = edgesdk.Session(model, backend="reference")  # for its optimised plan
     return OpenCLBackend(sess.plan, **options)
 
 
 def reference_out(model, x: np.ndarray, precision: str = "fp32") -> dict[str, np.ndarray]:
-    sess = edgesdk.Session(model, precision=precision)
+    sess = edgesdk.Session(model, backend="reference", precision=precision)
     return sess.run({sess.input_names[0]: x})
 
 
@@ -187,64 +187,103 @@ def test_damaged_cached_binary_is_rebuilt(tmp_path, monkeypatch) -> None:
 
 # -- zero-copy views and the map-state guard ---------------------------------------------------------
 
-def test_zero_copy_views_round_trip() -> None:
-    backend = backend_for(DEFAULT)
-    assert backend.zero_copy
+def session_for(model, memory: str = "zero_copy", monkeypatch=None) -> edgesdk.Session:
+    if monkeypatch is not None:
+        monkeypatch.setenv("EDGESDK_OPENCL_MEMORY", memory)
+    return edgesdk.Session(model, backend="opencl")
+
+
+@pytest.mark.parametrize("memory", ["zero_copy", "copy"])
+def test_io_binding_round_trip(memory: str, monkeypatch) -> None:
+    sess = session_for(DEFAULT, memory, monkeypatch)
+    assert sess._impl.zero_copy == (memory == "zero_copy")
+    binding = sess.io_binding()
+    for _ in range(2):  # a second run on the same binding: the input is mapped again
+        x = rand(1, 1, 8, 8)
+        binding.input("input")[...] = x
+        binding.run()
+        out = binding.output("logits")
+        assert not out.flags.writeable
+        assert_close(out, reference_out(DEFAULT, x)["logits"], 1e-4)
+        assert np.array_equal(out, sess.run({"input": x})["logits"])
+    binding.close()
+
+
+def test_io_binding_inputs_stay_between_runs() -> None:
+    sess = session_for(DEFAULT)
     x = rand(1, 1, 8, 8)
-    view = backend.input_view("input")
-    view[...] = x
-    backend.unmap_views()
-    backend.execute()
-    out = backend.output_view("logits")
-    assert not out.flags.writeable
-    assert_close(out, reference_out(DEFAULT, x)["logits"], 1e-4)
-    backend.unmap_views()
+    with sess.io_binding() as binding:
+        binding.input("input")[...] = x
+        binding.run()
+        first = binding.output("logits").copy()
+        binding.run()  # nothing rewritten: the same input, the same output
+        assert np.array_equal(binding.output("logits"), first)
+        assert np.array_equal(binding.input("input"), x)
+
+
+def test_io_binding_maps_the_device_buffers() -> None:
+    """Zero-copy: the arrays are the mapped buffers (nothing is copied on the host), they are
+    unmapped before a kernel runs, and the session's own buffers are never touched."""
+    sess = session_for(DEFAULT)
+    binding = sess.io_binding()
+    view = binding.input("input")
+    buffer = binding._buffers["input"]
+    assert buffer.mapped and buffer.zero_copy
+    view[...] = rand(1, 1, 8, 8)
+    binding.run()
+    assert not buffer.mapped
+    binding.output("logits")
+    assert binding._buffers["logits"].mapped
+    assert not any(b.mapped for b in sess._impl._io.values())
+    binding.close()
+    assert not binding._buffers
 
 
 def test_kernel_never_runs_on_a_mapped_buffer() -> None:
-    backend = backend_for(DEFAULT)
-    backend.input_view("input")[...] = rand(1, 1, 8, 8)
-    with pytest.raises(MappedBufferError, match="mapped"):
-        backend.execute()
-    backend.unmap_views()
-    backend.execute()
-    backend.output_view("logits")
-    with pytest.raises(MappedBufferError):  # the output is host-owned until unmapped, too
-        backend.execute()
-    backend.unmap_views()
-    backend.execute()
+    sess = session_for(DEFAULT)
+    binding = sess.io_binding()
+    binding.input("input")[...] = rand(1, 1, 8, 8)
+    with pytest.raises(MappedBufferError, match="mapped"):  # the binding's run unmaps; this does not
+        sess._impl._execute(binding._buffers)
+    binding.run()
+    binding.output("logits")
+    with pytest.raises(MappedBufferError):  # the output is host-owned while mapped, too
+        sess._impl._execute(binding._buffers)
+    binding.run()
 
 
-def test_run_with_the_mapped_view_as_feed_copies_nothing() -> None:
-    backend = backend_for(DEFAULT)
-    x = rand(1, 1, 8, 8)
-    view = backend.input_view("input")
-    view[...] = x
-    got = backend.run({"input": view})
-    assert_close(got["logits"], reference_out(DEFAULT, x)["logits"], 1e-4)
-    assert not any(b.mapped for b in backend._io.values())
+def test_io_binding_and_run_interleave() -> None:
+    """A binding's buffers are its own: session runs between its calls change nothing in it."""
+    sess = session_for(DEFAULT)
+    x, other = rand(1, 1, 8, 8), rand(1, 1, 8, 8)
+    binding = sess.io_binding()
+    binding.input("input")[...] = x
+    other_out = sess.run({"input": other})["logits"]
+    binding.run()
+    assert np.array_equal(sess.run({"input": other})["logits"], other_out)
+    assert np.array_equal(binding.output("logits"), sess.run({"input": x})["logits"])
 
 
 def test_copy_mode_matches_zero_copy(monkeypatch) -> None:
     x = rand(1, 1, 8, 8)
-    zero = backend_for(DEFAULT).run({"input": x})["logits"]
-    monkeypatch.setenv("EDGESDK_OPENCL_MEMORY", "copy")
-    copy_backend = backend_for(DEFAULT)
-    assert not copy_backend.zero_copy
-    assert np.array_equal(copy_backend.run({"input": x})["logits"], zero)
-    copy_backend.input_view("input")[...] = x  # a staging array in copy mode
-    copy_backend.execute()
-    assert np.array_equal(copy_backend.output_view("logits"), zero)
+    zero = session_for(DEFAULT).run({"input": x})["logits"]
+    copy_sess = session_for(DEFAULT, "copy", monkeypatch)
+    assert not copy_sess._impl.zero_copy
+    assert np.array_equal(copy_sess.run({"input": x})["logits"], zero)
+    with copy_sess.io_binding() as binding:
+        binding.input("input")[...] = x  # a staging array in copy mode
+        binding.run()
+        assert np.array_equal(binding.output("logits"), zero)
     with pytest.raises(MappedBufferError, match="copy mode"):
-        copy_backend._io["input"].map(np.float32, (64,), write=True)
+        copy_sess._impl._io["input"].map(np.float32, (64,), write=True)
 
 
-def test_views_reject_unknown_names() -> None:
-    backend = backend_for(DEFAULT)
+def test_io_binding_rejects_unknown_names() -> None:
+    binding = session_for(DEFAULT).io_binding()
     with pytest.raises(edgesdk.errors.InputError):
-        backend.input_view("logits")
+        binding.input("logits")
     with pytest.raises(edgesdk.errors.InputError):
-        backend.output_view("input")
+        binding.output("input")
 
 
 # -- arena ------------------------------------------------------------------------------------------
