@@ -123,6 +123,27 @@ def test_cpu_arenas_grow_to_the_runs_in_flight_only() -> None:
     assert 1 <= sess._impl.arena_count <= THREADS
 
 
+@pytest.mark.skipif("cpu" not in HOST_BACKENDS, reason="edgesdk._native not built")
+def test_native_pool_with_concurrent_sessions_of_different_thread_counts() -> None:
+    """The native pool is process-wide and grows (a new pool, the old one retired) when a session
+    wants more threads: sessions of 2, 3 and 4 threads run at once, each from two Python threads."""
+    sessions = [edgesdk.Session(conv_model(), backend="cpu", threads=n) for n in (2, 3, 4)]
+    inputs = distinct_inputs(sessions[0], 6 * 30, seed=2)
+    serial = [[sess.run({"x": x})["y"] for x in inputs] for sess in sessions]
+    wrong = [0] * 6
+
+    def worker(t: int) -> None:
+        sess = sessions[t % 3]
+        for i in range(30):
+            k = t * 30 + i
+            wrong[t] += not np.array_equal(sess.run({"x": inputs[k]})["y"], serial[t % 3][k])
+
+    errors = hammer(worker, threads=6)
+    if errors:
+        raise errors[0]
+    assert sum(wrong) == 0
+
+
 def check_bindings_beside_runs(sess: edgesdk.Session, runs: int = 50) -> int:
     """Half the threads run through io bindings of their own, half through Session.run; returns
     how many outputs differ from the serial ones."""

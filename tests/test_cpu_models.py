@@ -54,7 +54,7 @@ def test_parity_models_match_onnxruntime(name: str, exporter: str, raw: bool) ->
 @pytest.mark.parametrize("name", ["mobilenet_v3_style", "squeezenet", "oddnet"])
 def test_fp16_precision_follows_the_reference_policy(name: str) -> None:
     path, x = zoo_model(name)
-    ref = edgesdk.Session(path, precision="fp16")
+    ref = edgesdk.Session(path, backend="reference", precision="fp16")
     expected = ref.run({ref.input_names[0]: x})
     got = run_cpu(path, x, precision="fp16")
     for out_name in ref.output_names:
@@ -146,7 +146,7 @@ def _packed(tmp_path: Path, source: str, recipe: dict) -> str:
 def test_packed_compressed_models_match_the_reference(tmp_path, model: str, recipe: str) -> None:
     source = str(default_model_path()) if model == "digits" else zoo_model("oddnet")[0]
     path = _packed(tmp_path, source, RECIPES[recipe])
-    ref = edgesdk.Session(path)
+    ref = edgesdk.Session(path, backend="reference")
     x = np.random.default_rng(3).standard_normal(ref.input_shapes[ref.input_names[0]]).astype(np.float32)
     expected = ref.run({ref.input_names[0]: x})
     got = run_cpu(path, x)
@@ -156,7 +156,7 @@ def test_packed_compressed_models_match_the_reference(tmp_path, model: str, reci
 
 def test_clustered_layers_never_materialise_dense_weights(tmp_path, monkeypatch) -> None:
     path = _packed(tmp_path, str(default_model_path()), {"default": {"cluster_bits": 4, "fp16": True}})
-    ref = edgesdk.Session(path)
+    ref = edgesdk.Session(path, backend="reference")
     x = np.random.default_rng(4).standard_normal(ref.input_shapes[ref.input_names[0]]).astype(np.float32)
     expected = ref.run({ref.input_names[0]: x})
 

@@ -43,7 +43,7 @@ def _outcome(name: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 (memo
         return _cache[name]
     case = load_case(name)
     try:
-        sess = edgesdk.Session(case.model)
+        sess = edgesdk.Session(case.model, backend="reference")
     except edgesdk.EdgeSDKError as exc:
         reason = next((r for r in DOCUMENTED_REFUSALS if r in str(exc)), None)
         result = f"refused: {reason}" if reason else f"undocumented refusal: {exc}"

@@ -28,7 +28,7 @@ def _no_fallback(sess: edgesdk.Session) -> None:
 def test_default_model(precision: str) -> None:
     from edgesdk.datasets import load_dataset
     data = load_dataset("digits")
-    ref = edgesdk.Session(DEFAULT, precision=precision)
+    ref = edgesdk.Session(DEFAULT, backend="reference", precision=precision)
     sess = edgesdk.Session(DEFAULT, backend="opencl", precision=precision)
     _no_fallback(sess)
     x = data.x[:1].astype(np.float32)
@@ -59,7 +59,7 @@ def test_parity_model(name: str, precision: str) -> None:
     if precision == "fp32":
         expected = dict(zip(sess.output_names, ort_run(path, {sess.input_names[0]: x})))
     else:
-        ref = edgesdk.Session(path, precision="fp16")
+        ref = edgesdk.Session(path, backend="reference", precision="fp16")
         expected = ref.run({ref.input_names[0]: x})
     for out_name in sess.output_names:
         assert_close(got[out_name], expected[out_name], 1e-4 if precision == "fp32" else 1e-2,
@@ -102,7 +102,7 @@ def test_packed_compressed_model_runs_compressed(tmp_path, recipe: str, precisio
         on_device = sum(r.nbytes for r in backend.weights if r.tensor in compressed)
         assert on_device < 0.6 * sum(sess.graph.tensors[n].nbytes for n in compressed)
     x = sample_input("lenet5")
-    expected = edgesdk.Session(package, precision=precision).run({"input": x})
+    expected = edgesdk.Session(package, backend="reference", precision=precision).run({"input": x})
     got = sess.run({"input": x})
     for name in expected:
         assert_close(got[name], expected[name], 1e-4 if precision == "fp32" else 1e-2, what=f"{recipe}/{precision}")
@@ -114,4 +114,5 @@ def test_packed_default_model_with_its_recipe(tmp_path) -> None:
     sess = edgesdk.Session(package, backend="opencl")
     _no_fallback(sess)
     x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype(np.float32)
-    assert_close(sess.run({"input": x})["logits"], edgesdk.Session(package).run({"input": x})["logits"], 1e-4)
+    expected = edgesdk.Session(package, backend="reference").run({"input": x})["logits"]
+    assert_close(sess.run({"input": x})["logits"], expected, 1e-4)

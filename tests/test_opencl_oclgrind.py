@@ -154,7 +154,7 @@ def run_suite() -> int:
                                                     "conv_oc_wide", "winograd"):
                 continue
             x = np.random.default_rng(count).standard_normal(shape).astype(np.float32)
-            ref = edgesdk.Session(model, precision=precision)
+            ref = edgesdk.Session(model, backend="reference", precision=precision)
             os.environ["EDGESDK_OPENCL_CONFIG"] = ""
             if name in FORCED:
                 (forced_dir / f"{name}.yaml").write_text(FORCED[name])

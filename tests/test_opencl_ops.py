@@ -27,7 +27,7 @@ def rand(*shape: int) -> np.ndarray:
 
 
 def check(model, x: np.ndarray, precision: str = "fp32", placement: str | None = "opencl") -> edgesdk.Session:
-    ref = edgesdk.Session(model, precision=precision)
+    ref = edgesdk.Session(model, backend="reference", precision=precision)
     ocl = edgesdk.Session(model, backend="opencl", precision=precision)
     if placement is not None:
         placements = set(ocl._impl.placements.values()) - {"view"}
@@ -398,4 +398,4 @@ def test_winograd_with_gpu_family_tunings(family: str) -> None:
     backend = OpenCLBackend(edgesdk.Session(model).plan, config=cl_config.CONFIG_DIR / f"{family}.yaml")
     assert {launch.name for step in backend._steps for launch in step.launches} >= {"winograd_gemm"}
     x = rand(*x_shape)
-    assert_close(backend.run({"x": x})["y"], edgesdk.Session(model).run({"x": x})["y"], 1e-4)
+    assert_close(backend.run({"x": x})["y"], edgesdk.Session(model, backend="reference").run({"x": x})["y"], 1e-4)

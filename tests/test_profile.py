@@ -38,7 +38,7 @@ def plan_nodes(sess: Session) -> list[str]:
 
 # -- Backend.profile ------------------------------------------------------------------------
 def test_reference_profile_times_every_plan_node():
-    sess = Session(LENET)
+    sess = Session(LENET, backend="reference")
     feeds = random_feeds(sess)
     report = sess.profile(feeds)
     graph = sess.graph

@@ -56,6 +56,7 @@ def availability() -> dict[str, str | None]:
 
 
 def available_backends() -> list[str]:
+    """The registered backends that can run on this machine."""
     return [name for name, reason in availability().items() if reason is None]
 
 
@@ -81,6 +82,7 @@ def get_backend(name: str) -> type[Backend]:
 
 
 def check_precision(cls: type[Backend], precision: str) -> None:
+    """BackendUnavailableError (one line, with the choices) when ``cls`` lacks ``precision``."""
     if precision not in cls.precisions:
         raise BackendUnavailableError(
             f"precision {precision!r} is not supported by backend {cls.name!r}; choose one of "

@@ -7,12 +7,12 @@ frees the session's memory; later calls raise :class:`~edgesdk.errors.SessionClo
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence, overload
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -131,8 +131,11 @@ class Session:
         feeds, wanted, as_list = self._parse_run_call(args, kwargs)
         checked = self._check_feeds(feeds)
         wanted = self._check_output_names(wanted)
-        with self._running():
+        self._enter()
+        try:
             results = self._impl.run(checked)
+        finally:
+            self._leave()
         if as_list:
             return [results[name] for name in wanted]
         return {name: results[name] for name in wanted}
@@ -142,8 +145,11 @@ class Session:
         For repeated runs, statistics, sensors and reports see :func:`edgesdk.profile.profile_session`.
         Safe to call from several threads at once, alongside :meth:`run`."""
         checked = self._check_feeds(feeds)
-        with self._running():
+        self._enter()
+        try:
             return self._impl.profile(checked)
+        finally:
+            self._leave()
 
     def io_binding(self) -> IOBinding:
         """Input and output memory of the caller's own, filled and read in place: on the opencl
@@ -156,9 +162,12 @@ class Session:
 
         See :class:`edgesdk.backends.base.IOBinding` for the mapping rules. Use one binding
         per thread; close it (or use ``with``) to free its buffers early."""
-        with self._running():
+        self._enter()
+        try:
             binding = self._impl.io_binding()
             self._bindings.add(binding)
+        finally:
+            self._leave()
         return binding
 
     def close(self) -> None:
@@ -185,20 +194,18 @@ class Session:
         self.close()
 
     # -- internals ----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _running(self) -> Iterator[None]:
-        """Counts a call in flight, so that close() frees nothing under it."""
+    def _enter(self) -> None:
+        """Counts a call in flight (so that close() frees nothing under it); pair with _leave."""
         with self._state:
             if self._closed:
                 raise SessionClosedError(f"session of {self.graph.name!r} is closed; create a new Session to run it")
             self._in_flight += 1
-        try:
-            yield
-        finally:
-            with self._state:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._state.notify_all()
+
+    def _leave(self) -> None:
+        with self._state:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._state.notify_all()
 
     @staticmethod
     def _parse_run_call(args: tuple[Any, ...], kwargs: dict[str, Any]

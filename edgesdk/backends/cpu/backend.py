@@ -101,8 +101,12 @@ class CPUBackend(Backend):
         return self._arenas.created
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with self._arenas.lend() as arena:
+        """Run once on an arena of its own (from the pool); thread-safe."""
+        arena = self._arenas.take()
+        try:
             return arena.execute(feeds, arena.runners)
+        finally:
+            self._arenas.give_back(arena)
 
     def close(self) -> None:
         """Drop the arenas (runs in flight finish on theirs; their memory goes when they return)."""
@@ -111,12 +115,15 @@ class CPUBackend(Backend):
     def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
         """Run once, timing each prepared step on the host: every node and every layout
         conversion the backend inserted (views take no time)."""
-        with self._arenas.lend() as arena:
+        arena = self._arenas.take()
+        try:
             seconds = [0.0] * len(arena.runners)
             timed = [_timed(runner, seconds, i) for i, runner in enumerate(arena.runners)]
             start = time.perf_counter()
             outputs = arena.execute(feeds, timed)
             wall_ms = (time.perf_counter() - start) * 1e3
+        finally:
+            self._arenas.give_back(arena)
         graph = self.plan.graph
         nodes = {node.name: node for node in graph.nodes}
         spent = iter(seconds)

@@ -22,12 +22,11 @@ intervals do not overlap share arena bytes (greedy, largest first, 64-byte align
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
@@ -318,22 +317,25 @@ class Pool(Generic[T]):
             self.created += 1
             self._idle.append(item)
 
-    @contextlib.contextmanager
-    def lend(self) -> Iterator[T]:
+    def take(self) -> T:
+        """An idle object, or a new one; hand it back with :meth:`give_back` (try/finally)."""
         with self._lock:
             if self._closed:
                 raise self._on_closed()
-            item = self._idle.pop() if self._idle else None
-            if item is None:
-                self.created += 1
-        if item is None:
-            item = self._factory()  # outside the lock: binding an arena takes a while
+            if self._idle:
+                return self._idle.pop()
+            self.created += 1
         try:
-            yield item
-        finally:
+            return self._factory()  # outside the lock: binding an arena takes a while
+        except BaseException:
             with self._lock:
-                if not self._closed:
-                    self._idle.append(item)
+                self.created -= 1
+            raise
+
+    def give_back(self, item: T) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(item)
 
     def close(self) -> None:
         with self._lock:

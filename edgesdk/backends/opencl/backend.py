@@ -259,6 +259,8 @@ class OpenCLBackend(Backend):
 
     # -- running ------------------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Write the feeds, run every step, read the outputs: one run of this session at a time
+        (the lock), each through the session's own input/output buffers."""
         with self._lock:
             self._check_open()
             self._write_feeds(self._io, feeds)

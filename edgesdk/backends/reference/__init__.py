@@ -36,6 +36,7 @@ class ReferenceBackend(Backend):
         self._constants = {t.name: round_to_storage(t.data, precision) for t in graph.constants()}
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Evaluate the plan node by node in numpy; thread-safe (each run has its own tensors)."""
         return self._execute(feeds)
 
     def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
