@@ -12,7 +12,6 @@ from edgesdk.backends import available_backends, backend_choices, get_backend
 from edgesdk.backends.cpu import CPUBackend
 from edgesdk.errors import BackendUnavailableError, InputError, SessionClosedError, UnsupportedModelError
 from edgesdk.models import default_model_path
-from onnx_builders import single_node_model
 
 LENET = str(default_model_path())
 HAS_CPU = "cpu" in available_backends()
@@ -104,6 +103,7 @@ def test_run_call_styles() -> None:
     assert len(only_z) == 1 and np.array_equal(only_z[0], z)
     assert np.array_equal(sess.run(output_names=["z", "y"], input_feed={"x": x})[1], y)
     assert len(sess.run(None, {"x": x}, None)) == 2  # run_options=None as ORT code passes it
+    assert len(sess.run([], {"x": x})) == 2  # [] is every output, as in ONNX Runtime
 
 
 def test_run_matches_onnxruntime_call_for_call() -> None:
@@ -112,7 +112,7 @@ def test_run_matches_onnxruntime_call_for_call() -> None:
     sess = edgesdk.Session(model)
     ort_sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = x_for(sess, 1)
-    for names in (None, ["z"], ["z", "y"]):
+    for names in (None, [], ["z"], ["z", "y"]):
         ours, theirs = sess.run(names, {"x": x}), ort_sess.run(names, {"x": x})
         assert len(ours) == len(theirs)
         for a, b in zip(ours, theirs):

@@ -7,7 +7,6 @@ frees the session's memory; later calls raise :class:`~edgesdk.errors.SessionClo
 """
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from dataclasses import dataclass
@@ -26,8 +25,6 @@ from .plan import make_plan
 if TYPE_CHECKING:
     from ..onnx_import import InputShapes
     from ..profile.records import ProfileReport
-
-log = logging.getLogger("edgesdk.session")
 
 # numpy dtype -> ONNX Runtime's NodeArg.type spelling
 _ORT_TYPES = {"float32": "float", "float16": "float16", "float64": "double", "int8": "int8", "uint8": "uint8",
@@ -76,7 +73,7 @@ class Session:
         self.threads = threads
         self._impl = create_backend(backend, self.plan, precision=precision, threads=threads)
         self.backend: str = self._impl.name
-        self._state = threading.Condition()
+        self._state = threading.Condition(threading.Lock())
         self._in_flight = 0
         self._closed = False
         self._bindings: weakref.WeakSet[IOBinding] = weakref.WeakSet()
@@ -123,8 +120,8 @@ class Session:
         """Run once. Two call styles:
 
         * ``run(feeds)`` / ``run(feeds, output_names=[...])`` -> ``{name: array}``;
-        * ONNX Runtime's ``run(output_names, input_feed)`` with ``output_names`` None (every
-          output) or a list of names -> ``[array, ...]`` in that order.
+        * ONNX Runtime's ``run(output_names, input_feed)`` with ``output_names`` None or ``[]``
+          (every output) or a list of names -> ``[array, ...]`` in that order.
 
         ``feeds`` maps every input name to an array of its exact shape and dtype. The arrays
         returned belong to the caller. Safe to call from several threads at once."""
@@ -231,7 +228,7 @@ class Session:
         return feeds, names, True
 
     def _check_output_names(self, names: Sequence[str] | None) -> list[str]:
-        if names is None:
+        if names is None or (isinstance(names, (list, tuple)) and not names):  # [] = all, as in ONNX Runtime
             return self.output_names
         if isinstance(names, str) or not isinstance(names, Sequence) or not all(isinstance(n, str) for n in names):
             raise InputError(f"output_names must be None or a list of output names, got {names!r}; "

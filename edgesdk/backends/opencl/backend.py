@@ -25,7 +25,6 @@ io buffers of the run in progress.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
