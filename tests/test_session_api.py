@@ -176,3 +176,10 @@ def test_io_binding_on_every_backend(backend: str) -> None:
         assert "unknown input 'logits'" in one_line(info)
     with pytest.raises(SessionClosedError):
         binding.run()
+
+
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_bad_precision_fails_before_the_model_is_loaded(backend: str, tmp_path) -> None:
+    with pytest.raises(BackendUnavailableError) as info:
+        edgesdk.Session(tmp_path / "not_there.onnx", backend=backend, precision="int4")
+    assert "precision 'int4'" in one_line(info)

@@ -89,23 +89,38 @@ def check_precision(cls: type[Backend], precision: str) -> None:
             f"{', '.join(cls.precisions)}")
 
 
-def create_backend(name: str, plan: "ExecutionPlan", *, precision: str = "fp32",
-                   threads: int | None = None) -> Backend:
-    """An instance of backend ``name`` for ``plan``. ``"auto"`` tries :data:`AUTO_ORDER` in
-    turn: a backend that is unavailable here or cannot run this model (an operator or variant
-    it lacks) is skipped with a log line; the last one's error, if any, is raised."""
+def backend_candidates(name: str, precision: str = "fp32") -> list[type[Backend]]:
+    """The classes :func:`create_backend` tries for ``name``, in order, checked (known name,
+    usable here, ``precision`` supported) before any model is loaded: one class for a named
+    backend; for ``"auto"`` the usable ones of :data:`AUTO_ORDER` (the last one always)."""
     if name != AUTO:
         cls = get_backend(name)
         check_precision(cls, precision)
-        return cls(plan, precision=precision, threads=threads)
+        return [cls]
     *preferred, last = AUTO_ORDER
+    usable = []
     for candidate in preferred:
         try:
             cls = get_backend(candidate)
             check_precision(cls, precision)
-            return cls(plan, precision=precision, threads=threads)
-        except (BackendUnavailableError, UnsupportedModelError) as exc:
+            usable.append(cls)
+        except BackendUnavailableError as exc:
             log.info("backend auto: not %s (%s)", candidate, exc)
     cls = get_backend(last)
     check_precision(cls, precision)
-    return cls(plan, precision=precision, threads=threads)
+    return [*usable, cls]
+
+
+def create_backend(name: str | list[type[Backend]], plan: "ExecutionPlan", *, precision: str = "fp32",
+                   threads: int | None = None) -> Backend:
+    """An instance of backend ``name`` (or of the first of ``name``'s :func:`backend_candidates`
+    that builds) for ``plan``. Under ``"auto"`` a backend that cannot run this model (an
+    operator or variant it lacks: UnsupportedModelError) is skipped with a log line; the last
+    candidate's error, if any, is raised."""
+    candidates = backend_candidates(name, precision) if isinstance(name, str) else list(name)
+    for cls in candidates[:-1]:
+        try:
+            return cls(plan, precision=precision, threads=threads)
+        except UnsupportedModelError as exc:
+            log.info("backend auto: not %s (%s)", cls.name, exc)
+    return candidates[-1](plan, precision=precision, threads=threads)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from ..backends import create_backend
+from ..backends import backend_candidates, create_backend
 from ..backends.base import IOBinding
 from ..errors import InputError, SessionClosedError
 from ..graph import Graph
@@ -63,6 +63,7 @@ class Session:
                  threads: int | None = None, *, input_shapes: "InputShapes | None" = None,
                  optimize: bool = True) -> None:
         from ..loader import load_model  # imports the ONNX reader only when a Session is made
+        candidates = backend_candidates(backend, precision)  # a bad name or precision fails before loading
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
             raise InputError(f"threads must be a positive integer or None, got {threads!r}")
         graph = load_model(model, input_shapes)
@@ -71,7 +72,7 @@ class Session:
         self.plan = make_plan(graph)
         self.precision = precision
         self.threads = threads
-        self._impl = create_backend(backend, self.plan, precision=precision, threads=threads)
+        self._impl = create_backend(candidates, self.plan, precision=precision, threads=threads)
         self.backend: str = self._impl.name
         self._state = threading.Condition(threading.Lock())
         self._in_flight = 0
