@@ -54,7 +54,7 @@ def _optimized(path) -> edgesdk.Graph:
 
 
 def _assert_parity(graph: edgesdk.Graph, feeds: dict[str, np.ndarray]) -> None:
-    expected = edgesdk.Session(graph).run(feeds)
+    expected = edgesdk.Session(graph, backend="reference").run(feeds)
     module = GraphModule(graph)
     with torch.no_grad():
         out = module(*[torch.from_numpy(feeds[n]) for n in graph.inputs])
@@ -71,7 +71,7 @@ def test_bridge_matches_reference_on_default_model(default_graph, digits, rng):
     _assert_parity(default_graph, {"input": rng.standard_normal((1, 1, 8, 8)).astype(np.float32)})
     # Batches: the graph's Reshape (1, 128) follows the input's batch.
     module = GraphModule(default_graph)
-    sess = edgesdk.Session(default_graph)
+    sess = edgesdk.Session(default_graph, backend="reference")
     x = digits[1].x[:16]
     with torch.no_grad():
         batched = module(torch.from_numpy(x)).numpy()
@@ -111,7 +111,8 @@ def test_bridge_parameters_and_write_back_round_trip(default_graph, rng):
     x = rng.standard_normal((1, 1, 8, 8)).astype(np.float32)
     with torch.no_grad():
         expected = module(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(edgesdk.Session(back).run({"input": x})["logits"], expected, rtol=1e-5, atol=1e-5)
+    got = edgesdk.Session(back, backend="reference").run({"input": x})["logits"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_module_to_graph_matches_the_module(rng):
@@ -124,8 +125,8 @@ def test_module_to_graph_matches_the_module(rng):
     assert [n.op for n in graph.nodes] == ["Conv", "Reshape", "Gemm"]  # BN folded, ReLU fused
     with torch.no_grad():
         expected = net.eval()(x).numpy()
-    np.testing.assert_allclose(edgesdk.Session(graph).run({"input": x.numpy()})["output"], expected,
-                               rtol=1e-5, atol=1e-5)
+    got = edgesdk.Session(graph, backend="reference").run({"input": x.numpy()})["output"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 # -- CPT ---------------------------------------------------------------------------------------
