@@ -50,8 +50,6 @@ def _public_functions(module) -> list[tuple[str, object]]:
     found = []
     for name in getattr(module, "__all__", [n for n in dir(module) if not n.startswith("_")]):
         obj = getattr(module, name)
-        if name == "Session":  # its methods are documented with the session work
-            continue
         if inspect.isfunction(obj) or inspect.isclass(obj):
             found.append((name, obj))
             if inspect.isclass(obj) and obj.__module__.startswith("edgesdk"):

@@ -10,12 +10,13 @@ from typing import Callable
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, SessionClosedError, UnsupportedOperatorError
+from ...errors import BackendUnavailableError, SessionClosedError, UnsupportedModelError, UnsupportedOperatorError
+from ...graph import Graph
 from ...native import cpu_features
 from ...profile.records import MemoryReport, OpRecord, ProfileReport
 from ...runtime.cost import op_label
 from ...runtime.plan import ExecutionPlan
-from ...runtime.precision import PRECISIONS
+from ...runtime.precision import PRECISIONS, round_to_storage
 from ..base import Backend
 from ..reference import ReferenceBackend
 from .ops import LOWERINGS
@@ -82,7 +83,8 @@ class CPUBackend(Backend):
             if lower is None:
                 raise UnsupportedOperatorError(step.node.op, step.node.name, sorted(self.supported_ops()))
             lower(step.node, builder)
-        outputs = {name: builder.keep_alive(name) for name in graph.outputs}
+        outputs = {name: builder.keep_alive(name) for name in graph.outputs if builder.is_activation(name)}
+        constants = _constant_outputs(graph, precision, outputs)
         buffers = builder.buffers()
         self.arena_bytes = assign_offsets(buffers)
         self._unplanned_bytes = sum(b.nbytes for b in buffers)
@@ -90,7 +92,7 @@ class CPUBackend(Backend):
                            for s in builder.steps)
         binders = [s.binder for s in builder.steps if s.placement != "view"]
         inputs, arena_bytes = dict(builder.inputs), self.arena_bytes
-        self._arenas: Pool[BoundArena] = Pool(lambda: BoundArena(arena_bytes, binders, inputs, outputs),
+        self._arenas: Pool[BoundArena] = Pool(lambda: BoundArena(arena_bytes, binders, inputs, outputs, constants),
                                               lambda: SessionClosedError("the cpu backend of this session is "
                                                                          "closed; create a new Session"))
         self._arenas.prime()
@@ -174,12 +176,15 @@ class BoundArena:
     """One activation arena with the prepared steps bound to it: what one run in flight owns.
     Arenas share the packed weights (read-only) and nothing else."""
 
-    def __init__(self, nbytes: int, binders: list[Binder], inputs: dict[str, Slot], outputs: dict[str, Slot]) -> None:
+    def __init__(self, nbytes: int, binders: list[Binder], inputs: dict[str, Slot], outputs: dict[str, Slot],
+                 constants: dict[str, np.ndarray]) -> None:
         self.memory = aligned_empty(nbytes)
         views = Views(self.memory)
         self.runners: list[Runner] = [bind(views) for bind in binders]
         self.inputs = [(name, views[slot]) for name, slot in inputs.items()]
-        self.outputs = [(name, _output_reader(views, slot)) for name, slot in outputs.items()]
+        readers = {name: _output_reader(views, slot) for name, slot in outputs.items()}
+        readers.update((name, value.copy) for name, value in constants.items())
+        self.outputs = [(name, readers[name]) for name in [*outputs, *constants]]
 
     def execute(self, feeds: dict[str, np.ndarray], runners: list[Runner]) -> dict[str, np.ndarray]:
         """The run loop over ``runners``: the prepared steps, or timed wrappers of them (profile)."""
@@ -188,6 +193,21 @@ class BoundArena:
         for runner in runners:
             runner()
         return {name: read() for name, read in self.outputs}
+
+
+def _constant_outputs(graph: Graph, precision: str, computed: dict[str, Slot]) -> dict[str, np.ndarray]:
+    """Graph outputs that are constants (folded at import): their stored values, as the
+    reference backend returns them."""
+    constants = {}
+    for name in graph.outputs:
+        if name in computed:
+            continue
+        value = graph.const(name)
+        if value is None:
+            raise UnsupportedModelError(f"graph output {name!r} is neither computed nor a constant; "
+                                        f"the cpu backend cannot produce it (try backend='reference')")
+        constants[name] = np.array(round_to_storage(np.asarray(value), precision))
+    return constants
 
 
 def _timed(runner: Callable[[], None], seconds: list[float], index: int) -> Callable[[], None]:
