@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
@@ -42,6 +42,7 @@ class TensorInfo:
 
     @classmethod
     def of(cls, name: str, shape: tuple[int, ...], dtype: Any) -> "TensorInfo":
+        """The description of tensor ``name`` of ``shape`` and numpy ``dtype``."""
         dtype = np.dtype(dtype)
         return cls(name, list(shape), f"tensor({_ORT_TYPES.get(dtype.name, dtype.name)})", dtype)
 
