@@ -27,7 +27,8 @@ KERNELS = SRC / "kernels"
 DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
-FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather"}
+FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
+            "nonfinite"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "gemm_scalar.cc", "reference_scalar.cc"]

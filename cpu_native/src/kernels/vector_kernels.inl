@@ -4,9 +4,15 @@
 // translation unit) and then includes this file. Not a standalone header.
 //
 // V provides: T, W (lanes), load/store (unaligned), load_tail(p, n, fill) / store_tail(p, v, n)
-// for n < W lanes, set1, add, sub, mul, div, fma(a, b, c) = a*b + c, max, min, abs,
+// for n < W lanes, set1, add, sub, mul, div, fma(a, b, c) = a*b + c, max, min, max_nan, abs,
 // select_lt(a, b, x, y) = a < b ? x : y, round (to nearest even), exp2_int(n) = 2^n for
 // integer-valued n <= 0 (0 below -126), hsum, hmax.
+//
+// NaN (tests/test_nan_inf.py: every backend propagates NaN as ONNX Runtime does): max(a, b) and
+// min(a, b) are only defined for non-NaN a; a NaN b comes out as NaN (x86 maxps/minps return the
+// second operand when either is NaN, NEON fmax/fmin return NaN). So a clamp is written
+// min(hi, max(lo, v)): constant bounds first, the value that must carry a NaN second.
+// max_nan(a, b) is NaN when either operand is (max pooling, where both are data).
 
 using T = V::T;
 #define EDGESDK_UNROLL4 _Pragma("GCC unroll 4")
@@ -38,9 +44,10 @@ static inline T ext_exp(T x, const ExpConsts& k, T* n_out) {
   return V::fma(p, t, k.one);
 }
 
-// e^x for x <= 0 (inputs below -87.3 give ~0).
+// e^x for x <= 0: below about -87.7 (2^-126) the result flushes to 0, and -inf gives exactly 0.
+// The clamp keeps the range reduction finite (-inf * log2e - -inf would be NaN); a NaN x stays NaN.
 static inline T exp_nonpositive(T x, const ExpConsts& k) {
-  x = V::max(x, V::set1(-87.3f));
+  x = V::max(V::set1(-104.0f), x);
   T n;
   const T m = ext_exp(x, k, &n);
   return V::mul(m, V::exp2_int(n));
@@ -68,15 +75,19 @@ static inline T tanh_vec(T x, const ExpConsts& k) {
   return V::select_lt(ax, V::set1(0.3f), small, big);
 }
 
+// min(hi, max(lo, v)) in this operand order keeps a NaN v (see the header), at no cost.
+static inline T clamp_keep_nan(T v, T lo, T hi) { return V::min(hi, V::max(lo, v)); }
+
+// Matches activate_reference (common.cc) on NaN and +-inf too.
 static inline T activate(T v, const Activation& act, const ExpConsts& k) {
   switch (act.kind) {
     case ActKind::None: return v;
-    case ActKind::Relu: return V::max(v, V::set1(0.0f));
-    case ActKind::Clip: return V::min(V::max(v, V::set1(act.alpha)), V::set1(act.beta));
-    case ActKind::HardSwish:
-      return V::mul(v, V::min(V::max(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f)), k.one));
+    case ActKind::Relu: return V::max(V::set1(0.0f), v);
+    case ActKind::Clip: return clamp_keep_nan(v, V::set1(act.alpha), V::set1(act.beta));
+    case ActKind::HardSwish:  // -inf * 0 = NaN, as in ONNX Runtime
+      return V::mul(v, clamp_keep_nan(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f), k.one));
     case ActKind::HardSigmoid:
-      return V::min(V::max(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f)), k.one);
+      return clamp_keep_nan(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f), k.one);
     case ActKind::Sigmoid: return sigmoid(v, k);
     case ActKind::Tanh: return tanh_vec(v, k);
     case ActKind::LeakyRelu: return V::select_lt(v, V::set1(0.0f), V::mul(v, V::set1(act.alpha)), v);
@@ -239,7 +250,7 @@ static void pool_impl(const PoolArgs* a, size_t row_begin, size_t row_end, bool 
             if (!tap_inside(ox, a->stride_w, kx, a->dil_w, a->pad_left, a->w, &ix)) continue;
             const float* x = a->input + ((b * a->h + iy) * a->w + ix) * a->in_stride + c;
             const T v = n == W ? V::load(x) : V::load_tail(x, n, 0.0f);
-            acc = is_max ? V::max(acc, v) : V::add(acc, v);
+            acc = is_max ? V::max_nan(acc, v) : V::add(acc, v);  // a NaN tap gives NaN, as numpy's max
           }
         }
         if (!is_max) acc = V::mul(acc, scale);
@@ -301,15 +312,23 @@ static void binary_impl(const BinaryArgs* a, size_t row_begin, size_t row_end) {
 // ---- softmax: two-pass (seed 001, Algorithm 3) ------------------------------------------------
 // Pass 1 accumulates sum e^x as a per-lane (m, n) pair, rescaling to the larger exponent, so
 // nothing overflows and no max pass is needed; pass 2 writes m * 2^(n - n_sum) / m_sum.
+// The range reduction is exact for |x| <= kSoftmaxVectorRange; a row with a larger or infinite
+// entry (-inf or -3.4e38 masks) goes to the scalar kernel, which subtracts the row's max in
+// double: -inf entries give 0, and a +inf, NaN or all -inf row gives NaN, as in ONNX Runtime.
+constexpr float kSoftmaxVectorRange = 1048576.0f;  // 2^20
+
 static void softmax_impl(const float* x, float* y, size_t n) {
   if (n == 0) return;
   const ExpConsts k;
   T m_sum = V::set1(0.0f), n_sum = V::set1(-__builtin_inff());
+  T magnitude = V::set1(0.0f);
   const T zero = V::set1(0.0f);
   size_t i = 0;
   for (; i + W <= n; i += W) {
     T ni;
-    const T mi = ext_exp(V::load(x + i), k, &ni);
+    const T xi = V::load(x + i);
+    magnitude = V::max(magnitude, V::abs(xi));
+    const T mi = ext_exp(xi, k, &ni);
     const T nmax = V::max(ni, n_sum);
     m_sum = V::fma(mi, V::exp2_int(V::sub(ni, nmax)), V::mul(m_sum, V::exp2_int(V::sub(n_sum, nmax))));
     n_sum = nmax;
@@ -318,11 +337,18 @@ static void softmax_impl(const float* x, float* y, size_t n) {
   if (tail > 0) {
     // Dead lanes read x[0] (finite) and contribute m = 0.
     T ni;
-    T mi = ext_exp(V::load_tail(x + i, tail, x[0]), k, &ni);
+    const T xi = V::load_tail(x + i, tail, x[0]);
+    magnitude = V::max(magnitude, V::abs(xi));
+    T mi = ext_exp(xi, k, &ni);
     mi = V::select_lt(V::load_tail(kLaneIndex, tail, 1e9f), V::set1(static_cast<float>(tail)), mi, zero);
     const T nmax = V::max(ni, n_sum);
     m_sum = V::fma(mi, V::exp2_int(V::sub(ni, nmax)), V::mul(m_sum, V::exp2_int(V::sub(n_sum, nmax))));
     n_sum = nmax;
+  }
+  // NaN lanes may or may not show in the max; either way the row's result is NaN.
+  if (!(V::hmax(magnitude) <= kSoftmaxVectorRange)) {
+    f32_softmax_scalar(x, y, n);
+    return;
   }
   const float n_total = V::hmax(n_sum);
   const float m_total = V::hsum(V::mul(m_sum, V::exp2_int(V::sub(n_sum, V::set1(n_total)))));

@@ -30,6 +30,7 @@ struct V {
   static T fma(T a, T b, T c) { return vfmaq_f32(c, a, b); }
   static T max(T a, T b) { return vmaxq_f32(a, b); }
   static T min(T a, T b) { return vminq_f32(a, b); }
+  static T max_nan(T a, T b) { return vmaxq_f32(a, b); }  // fmax: NaN when either operand is
   static T abs(T a) { return vabsq_f32(a); }
   static T select_lt(T a, T b, T x, T y) { return vbslq_f32(vcltq_f32(a, b), x, y); }
   static T round(T a) { return vrndnq_f32(a); }
