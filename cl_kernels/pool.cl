@@ -23,7 +23,7 @@ __kernel void pool2d(__global const X_T* restrict x, __global Y_T* restrict y) {
             const int ix = ox * SW - PL + kj * DW;
             const bool on_data = iy >= 0 && iy < H && ix >= 0 && ix < W;
 #if IS_MAX
-            if (on_data) acc = fmax(acc, LOAD_X(plane, iy * W + ix));
+            if (on_data) acc = MAX_KEEP_NAN(acc, LOAD_X(plane, iy * W + ix));
 #else
             if (on_data) acc += LOAD_X(plane, iy * W + ix);
             count += iy >= CH0 && iy < CH1 && ix >= CW0 && ix < CW1;
@@ -47,12 +47,12 @@ __kernel void global_pool(__global const X_T* restrict x, __global Y_T* restrict
     const __global X_T* plane = x + nc * SPATIAL;
 #if IS_MAX
     floatV accv = (floatV)(-INFINITY);
-    for (int k = 0; k < SV; k += VEC) accv = fmax(accv, VLOAD_X(plane, k));
+    for (int k = 0; k < SV; k += VEC) accv = MAX_KEEP_NAN(accv, VLOAD_X(plane, k));
     float lanes[VEC];
     vstoreV(accv, 0, lanes);
     float acc = -INFINITY;
-    for (int l = 0; l < VEC; ++l) acc = fmax(acc, lanes[l]);
-    for (int k = SV; k < SPATIAL; ++k) acc = fmax(acc, LOAD_X(plane, k));
+    for (int l = 0; l < VEC; ++l) acc = MAX_KEEP_NAN(acc, lanes[l]);
+    for (int k = SV; k < SPATIAL; ++k) acc = MAX_KEEP_NAN(acc, LOAD_X(plane, k));
 #else
     floatV accv = (floatV)(0.0f);
     for (int k = 0; k < SV; k += VEC) accv += VLOAD_X(plane, k);
