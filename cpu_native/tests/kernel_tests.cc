@@ -1080,6 +1080,52 @@ void test_f16_depthwise(const KernelTable& t) {
 // 64 columns, K = 4608 (a 3x3x512 convolution), post-ReLU N(0,1) activations and He-scaled
 // N(0, 2/K) weights, against the exact result of the fp16 operands; "reference rounding" is what
 // rounding that exact result to half (the reference fp16 model's output) costs.
+// The fp16-arithmetic kernels (neonfp16) with NaN, +inf and -inf: they convert A / the input to
+// half (which keeps NaN and inf) and clamp with vmaxq/vminq (which propagate NaN), so the
+// nonfinite outputs must be exactly the fp32 references'; finite ones within fp16 accuracy.
+void test_f16_nonfinite(const KernelTable& t) {
+  reseed();
+  Family fam{"f16_nonfinite", t.name};
+  for (size_t m : {1, 5})
+    for (const Activation& act : kActs) {
+      const size_t n = 17, k = 40;
+      auto a = random_vec(m * k), w = random_vec(n * k), bias = random_vec(n);
+      sprinkle(a, 3, 29);
+      auto packed = pack_gemm_weights(w.data(), n, k, WeightLayout::NK, bias.data(), WeightType::F16, &t,
+                                      /*f16_arith=*/true);
+      std::vector<float> c(m * n);
+      gemm(a.data(), m, k, packed, c.data(), n, act, 1);
+      const auto ah = halves_of(a), wh = halves_of(w);
+      std::vector<double> want(m * n), floor(m * n);
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          double s = bias[j], mag = std::fabs(bias[j]);
+          for (size_t kk = 0; kk < k; ++kk) {
+            const double p = static_cast<double>(ah[i * k + kk]) * wh[j * k + kk];
+            s += p;
+            mag += std::isfinite(p) ? std::fabs(p) : 0.0;
+          }
+          want[i * n + j] = activate_reference(static_cast<float>(s), act);
+          floor[i * n + j] = mag;
+        }
+      fam.check(std::string("f16 nonfinite gemm m=") + std::to_string(m) + " " + act_name(act.kind), c.data(),
+                want.data(), want.size(), 1e-2, floor.data());
+    }
+  for (const Activation& act : kActs) {
+    const size_t h = 6, wd = 7, ch = 16;
+    auto x = random_vec(h * wd * ch), w = random_vec(9 * ch), b = random_vec(ch);
+    sprinkle(x, 5, 53);
+    std::vector<float> got(h * wd * ch), want(got.size());
+    const ConvGeometry g = geom(3, 3, 1, 1, 1, 1, 1, 1);
+    depthwise_conv(x.data(), 1, h, wd, ch, 1, g, w.data(), b.data(), got.data(), act, 1, &t, /*f16_arith=*/true);
+    const auto xh = halves_of(x), whf = halves_of(w);
+    depthwise_conv(xh.data(), 1, h, wd, ch, 1, g, whf.data(), b.data(), want.data(), act, 1, &scalar_table());
+    fam.check(std::string("f16 nonfinite depthwise ") + act_name(act.kind), got.data(), want.data(), got.size(), 1e-2,
+              1.0);
+  }
+  report(fam);
+}
+
 void measure_f16_gemm(const KernelTable& t) {
   reseed();
   const size_t m = 16, n = 64, k = 4608;
@@ -1211,6 +1257,7 @@ int main(int argc, char** argv) {
       test_f16_gemm(t);
       test_f16_conv(t);
       test_f16_depthwise(t);
+      test_f16_nonfinite(t);
       measure_f16_gemm(t);
     }
     checked += std::string(checked.empty() ? "" : " ") + t.name;

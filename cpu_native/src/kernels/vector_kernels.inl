@@ -312,7 +312,7 @@ static void binary_impl(const BinaryArgs* a, size_t row_begin, size_t row_end) {
 // ---- softmax: two-pass (seed 001, Algorithm 3) ------------------------------------------------
 // Pass 1 accumulates sum e^x as a per-lane (m, n) pair, rescaling to the larger exponent, so
 // nothing overflows and no max pass is needed; pass 2 writes m * 2^(n - n_sum) / m_sum.
-// The range reduction is exact for |x| <= kSoftmaxVectorRange; a row with a larger or infinite
+// The range reduction is accurate for |x| <= kSoftmaxVectorRange; a row with a larger or infinite
 // entry (-inf or -3.4e38 masks) goes to the scalar kernel, which subtracts the row's max in
 // double: -inf entries give 0, and a +inf, NaN or all -inf row gives NaN, as in ONNX Runtime.
 constexpr float kSoftmaxVectorRange = 1048576.0f;  // 2^20
@@ -335,7 +335,7 @@ static void softmax_impl(const float* x, float* y, size_t n) {
   }
   const size_t tail = n - i;
   if (tail > 0) {
-    // Dead lanes read x[0] (finite) and contribute m = 0.
+    // Dead lanes read x[0] (a real entry, so its magnitude counts anyway) and contribute m = 0.
     T ni;
     const T xi = V::load_tail(x + i, tail, x[0]);
     magnitude = V::max(magnitude, V::abs(xi));
