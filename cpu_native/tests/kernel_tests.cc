@@ -657,6 +657,15 @@ void nonfinite_vector_families(Family& fam, const KernelTable& t) {
       std::vector<float> want(16, kNaN);
       fam.check("nonfinite maxpool NaN at tap " + std::to_string(pos), y.data(), want.data(), 16, 0.0);
     }
+    // +inf and -inf in one window (their sum is NaN, but no tap is): the max is +inf.
+    std::vector<float> x(4 * 16, 1.0f), y(16);
+    for (size_t ch = 0; ch < 16; ++ch) {
+      x[ch] = -kInf;
+      x[(1 + ch % 3) * 16 + ch] = kInf;
+    }
+    pool2d(PoolKind::Max, x.data(), 1, 2, 2, 16, geom(2, 2, 1, 1, 0, 0, 0, 0), false, y.data(), act_none(), 1, &t);
+    std::vector<float> want(16, kInf);
+    fam.check("nonfinite maxpool +inf and -inf", y.data(), want.data(), 16, 0.0);
   }
   for (size_t c : {3, 17, 70}) {
     auto x = random_vec(13 * c);
@@ -710,8 +719,9 @@ void nonfinite_vector_families(Family& fam, const KernelTable& t) {
 void nonfinite_softmax(Family& fam, const KernelTable& t) {
   const float lowest = -std::numeric_limits<float>::max();
   for (size_t n : {1, 7, 17, 33}) {
-    // Row kinds: one NaN, one +inf, one -inf, all -inf, a -3.4e38 mask, 2e6-scale finite values.
-    for (int kind = 0; kind < 6; ++kind) {
+    // Row kinds: one NaN, one +inf, one -inf, all -inf, a -3.4e38 mask, 2e6-scale finite values,
+    // a -1e9 mask (the vector path: its m is garbage but finite, and weighs 2^(n - n_max) = 0).
+    for (int kind = 0; kind < 7; ++kind) {
       auto x = random_vec(n, -4.0f, 4.0f);
       const size_t at = (n * 5 + static_cast<size_t>(kind)) % n;
       if (kind == 0) x[at] = kNaN;
@@ -720,6 +730,7 @@ void nonfinite_softmax(Family& fam, const KernelTable& t) {
       if (kind == 3) std::fill(x.begin(), x.end(), -kInf);
       if (kind == 4) x[at] = lowest;
       if (kind == 5) for (auto& v : x) v = v * 0.5f - 2.0e6f;
+      if (kind == 6) x[at] = -1.0e9f;
       std::vector<float> got(n);
       softmax(x.data(), got.data(), 1, n, 1, &t);
       double mx = -std::numeric_limits<double>::infinity();
