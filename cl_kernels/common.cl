@@ -247,9 +247,6 @@ inline floatV round_to_halfV(floatV v) {
 #define ACTIVATE(v) ((v) * CLAMP_KEEP_NAN((v) * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f))
 #endif
 
-// max that is NaN when either operand is (max pooling: numpy's max; fmax would skip a NaN).
-#define MAX_KEEP_NAN(a, b) select(fmax((a), (b)), (a) + (b), isunordered((a), (b)))
-
 // Horizontal sum of a floatV (pairwise, so the rounding does not depend on the lane order).
 inline float hsum(floatV v) {
 #if VEC == 16
