@@ -223,13 +223,17 @@ inline floatV round_to_halfV(floatV v) {
 #define HAS_BIAS 0
 #endif
 
-// Works on float and floatV alike (every builtin used is overloaded for vectors).
+// Works on float and floatV alike (every builtin used is overloaded for vectors; ?: selects per
+// lane). NaN propagates as in ONNX Runtime (tests/test_nan_inf.py): fmax/fmin return the non-NaN
+// operand, so the clamps are comparisons, which are false for NaN and let it through; +-inf give
+// the limits (HardSwish(-inf) = -inf * 0 = NaN, as in ONNX Runtime).
+#define CLAMP_KEEP_NAN(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
 #if ACT == ACT_NONE
 #define ACTIVATE(v) (v)
 #elif ACT == ACT_RELU
-#define ACTIVATE(v) fmax((v), 0.0f)
+#define ACTIVATE(v) ((v) < 0.0f ? 0.0f : (v))
 #elif ACT == ACT_CLIP
-#define ACTIVATE(v) fmin(fmax((v), ACT_P0), ACT_P1)
+#define ACTIVATE(v) CLAMP_KEEP_NAN((v), ACT_P0, ACT_P1)
 #elif ACT == ACT_LEAKY_RELU
 #define ACTIVATE(v) select((v) * ACT_P0, (v), isgreaterequal((v), 0.0f))
 #elif ACT == ACT_SIGMOID
@@ -238,9 +242,9 @@ inline floatV round_to_halfV(floatV v) {
 #elif ACT == ACT_TANH
 #define ACTIVATE(v) tanh(v)
 #elif ACT == ACT_HARD_SIGMOID
-#define ACTIVATE(v) fmin(fmax((v) * ACT_P0 + ACT_P1, 0.0f), 1.0f)
+#define ACTIVATE(v) CLAMP_KEEP_NAN((v) * ACT_P0 + ACT_P1, 0.0f, 1.0f)
 #elif ACT == ACT_HARD_SWISH
-#define ACTIVATE(v) ((v) * fmin(fmax((v) * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f))
+#define ACTIVATE(v) ((v) * CLAMP_KEEP_NAN((v) * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f))
 #endif
 
 // Horizontal sum of a floatV (pairwise, so the rounding does not depend on the lane order).

@@ -380,9 +380,10 @@ __kernel void conv_oc(__global const X_T* restrict x, __global const W_T* restri
         for (int j = 0; j < KW; ++j, wt += C * OCB) {
             // One pointer per pixel, walked by HW per channel: plain base + index addressing
             // (an index array c * HW + off[q] gets turned into vector arithmetic by the
-            // compiler). Off the data a pointer sits at the image origin and keep[q] zeroes it.
+            // compiler). Off the data a pointer sits at the image origin and keep[q] selects 0 instead
+            // (a select, not a multiply: 0 * a NaN or inf at the origin would be NaN).
             const __global X_T* xq[PIX];
-            float keep[PIX];
+            bool keep[PIX];
             bool interior = true;
 #pragma unroll
             for (int q = 0; q < PIX; ++q) {
@@ -392,7 +393,7 @@ __kernel void conv_oc(__global const X_T* restrict x, __global const W_T* restri
 #else
                 const bool on_data = iy >= 0 && iy < H && ix >= 0 && ix < W;
                 xq[q] = xn + (on_data ? iy * W + ix : 0);
-                keep[q] = on_data ? 1.0f : 0.0f;
+                keep[q] = on_data;
                 interior = interior && on_data;
 #endif
             }
@@ -428,7 +429,7 @@ __kernel void conv_oc(__global const X_T* restrict x, __global const W_T* restri
                 for (int v = 0; v < NV; ++v) wv[v] = VLOAD_W(wc, v * VEC);
 #pragma unroll
                 for (int q = 0; q < PIX; ++q) {
-                    const floatV xs = (floatV)(LOAD_X(xq[q], 0) * keep[q]);
+                    const floatV xs = (floatV)(keep[q] ? LOAD_X(xq[q], 0) : 0.0f);
                     xq[q] += HW;
 #pragma unroll
                     for (int v = 0; v < NV; ++v) acc[q][v] += HMULV(xs, wv[v]);

@@ -9,16 +9,21 @@
 // pairs combine associatively, (ma, na) + (mb, nb) = (ma 2^(na-n) + mb 2^(nb-n), n = max(na, nb)),
 // which makes the work-group tree reduction exact in structure. Pass 2 reads x again and writes
 // y = m * 2^(n - n_sum) / m_sum.
+// NaN and infinities as in ONNX Runtime: a -inf entry (or a -3.4e38 mask) gives 0, a row with a
+// NaN or +inf gives NaN, an all -inf row NaN. Beyond |v| = 2^22 the reduction is meaningless
+// (v - n ln2 of two huge or infinite values): t = 0 there, so e^v is taken as 2^n, exact enough
+// since such an entry only counts against others of the same magnitude, and for v = -inf the
+// pair (1, -inf) weighs 0 in every sum.
 inline float2 ext_exp(float v) {
     const float n = rint(v * M_LOG2E_F);
     // Cody-Waite reduction: t = v - n ln2 with ln2 split in a high part exact in float and a low part.
-    const float t = fma(n, -0x1.62E400p-1f, fma(n, -0x1.7F7D1Cp-20f, v));
-    return (float2)(exp(t), n);
+    const float t = fma(n, -0x1.7F7D1Cp-20f, fma(n, -0x1.62E400p-1f, v));
+    return (float2)(exp(fabs(v) > 0x1p22f ? 0.0f : t), n);
 }
 
 inline float2 ext_add(float2 a, float2 b) {
-    const float n = fmax(a.y, b.y);
-    if (n == -INFINITY) return (float2)(0.0f, -INFINITY);
+    const float n = fmax(a.y, b.y);  // skips a NaN exponent: the NaN mantissa carries it
+    if (n == -INFINITY) return (float2)(a.x + b.x, -INFINITY);  // weighs 0; keeps a NaN
     return (float2)(a.x * exp2(a.y - n) + b.x * exp2(b.y - n), n);
 }
 

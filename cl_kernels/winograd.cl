@@ -156,8 +156,42 @@ __kernel void winograd_gemm(__global float* restrict s, __global const W_T* rest
 #endif
 
 #ifdef WINOGRAD_OUTPUT
+// NaN and infinities (tests/test_nan_inf.py): an output's Winograd sums involve exactly the inputs
+// of its 3x3 window, so a finite window gives a finite result and a NaN input gives NaN where the
+// direct convolution does; but the transforms subtract an infinite input from itself (inf - inf)
+// and turn the +-inf a direct convolution gives into NaN. So a NaN result (rare: only a window
+// with a NaN or inf input has one) is recomputed directly from x and the weights, recovered from
+// U = G g G^T: rows 0 and 3 of G g are g's rows 0 and 2, row 1 is (g0 + g1 + g2) / 2; the same
+// along columns.
+inline float u_at(__global const W_T* restrict u, int e, int c, int oc) {
+    return LOAD_W(u, ((e * OBLOCKS + oc / OCB) * C + c) * OCB + oc % OCB);
+}
+inline float u_row_col(__global const W_T* restrict u, int a, int kx, int c, int oc) {  // (G g)[a] column kx of g
+    const float c0 = u_at(u, a * 4, c, oc), c2 = u_at(u, a * 4 + 3, c, oc);
+    return kx == 0 ? c0 : kx == 2 ? c2 : 2.0f * u_at(u, a * 4 + 1, c, oc) - c0 - c2;
+}
+inline float weight_from_u(__global const W_T* restrict u, int ky, int kx, int c, int oc) {
+    const float r0 = u_row_col(u, 0, kx, c, oc), r2 = u_row_col(u, 3, kx, c, oc);
+    return ky == 0 ? r0 : ky == 2 ? r2 : 2.0f * u_row_col(u, 1, kx, c, oc) - r0 - r2;
+}
+inline float direct_output(__global const X_T* restrict x, __global const W_T* restrict u, int n, int oc, int oy,
+                           int ox) {
+    float acc = 0.0f;
+    for (int c = 0; c < C; ++c)
+        for (int ky = 0; ky < 3; ++ky) {
+            const int iy = oy + ky - PT;
+            if (iy < 0 || iy >= H) continue;
+            for (int kx = 0; kx < 3; ++kx) {
+                const int ix = ox + kx - PL;
+                if (ix >= 0 && ix < W) acc += LOAD_X(x, (n * C + c) * HW + iy * W + ix) * weight_from_u(u, ky, kx, c, oc);
+            }
+        }
+    return acc;
+}
+
 // Work-item: one tile x VEC output channels.
 __kernel void winograd_output(__global const float* restrict s, __global const B_T* restrict bias,
+                              __global const X_T* restrict x, __global const W_T* restrict u,
                               __global Y_T* restrict y) {
     const int tt = get_global_id(0);
     const int oc = get_global_id(1) * VEC;
@@ -192,7 +226,16 @@ __kernel void winograd_output(__global const float* restrict s, __global const B
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             if (oy + i >= OH || ox + j >= OW) continue;
-            const floatV res = ACTIVATE(o[j] * ALPHA + bv);
+            floatV pre = o[j] * ALPHA + bv;
+            if (any(isnan(pre))) {  // see direct_output
+                float pl[VEC];
+                vstoreV(pre, 0, pl);
+                for (int l = 0; l < VEC; ++l)
+                    if (isnan(pl[l]) && oc + l < OC)
+                        pl[l] = direct_output(x, u, n, oc + l, oy + i, ox + j) * ALPHA + bl[l];
+                pre = vloadV(0, pl);
+            }
+            const floatV res = ACTIVATE(pre);
             float lanes[VEC];
             vstoreV(res, 0, lanes);
 #pragma unroll

@@ -407,15 +407,15 @@ def _hard_sigmoid(imp, name, inputs, outputs, attrs):
 
 @_importer("Clip")
 def _clip(imp, name, inputs, outputs, attrs):
+    # An omitted bound is the float range's end (ONNX spec, as ONNX Runtime): Clip(+-inf) = +-3.4e38.
+    lowest, highest = float(-np.finfo(np.float32).max), float(np.finfo(np.float32).max)
     if imp.opset < 11:
-        lo, hi = attrs.get("min", -np.inf), attrs.get("max", np.inf)
+        lo, hi = attrs.get("min", lowest), attrs.get("max", highest)
     else:
         lo_v = imp.constant_input(name, inputs, 1, "Clip min")
         hi_v = imp.constant_input(name, inputs, 2, "Clip max")
-        lo = -np.inf if lo_v is None else float(lo_v)
-        hi = np.inf if hi_v is None else float(hi_v)
-    if lo == -np.inf and hi == np.inf:
-        return imp.alias(name, inputs[0], outputs[0])
+        lo = lowest if lo_v is None else float(lo_v)
+        hi = highest if hi_v is None else float(hi_v)
     return _activation_node(name, inputs, outputs, Activation("Clip", (float(lo), float(hi))))
 
 

@@ -27,9 +27,10 @@ KERNELS = SRC / "kernels"
 DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
-FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather"}
+FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
+            "nonfinite"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
-F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise"}
+F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "gemm_scalar.cc", "reference_scalar.cc"]
 # Per-file ISA flags, as in CMakeLists.txt: SIMD code only ever runs after runtime dispatch.
 X86_SIMD = {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -61,7 +62,8 @@ struct Family {
     for (size_t i = 0; i < n; ++i) {
       const double scale = std::max(std::fabs(want[i]), floor != nullptr ? floor[i] : 1e-30);
       const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-      if (!(err <= rtol * scale + 1e-30) && !(std::isnan(got[i]) && std::isnan(want[i]))) {
+      const bool same_special = (std::isnan(got[i]) && std::isnan(want[i])) || static_cast<double>(got[i]) == want[i];
+      if (!(err <= rtol * scale + 1e-30) && !same_special) {
         if (failure.empty()) {
           char buf[512];
           std::snprintf(buf, sizeof buf, "%s: element %zu got %.9g want %.9g", what.c_str(), i, got[i], want[i]);
@@ -177,7 +179,7 @@ void naive_conv(const ConvCase& cc, const float* x, const float* w, const float*
                 if (fp16) wv = round_fp16(static_cast<float>(wv));
                 const double p = x[((b * cc.h + iy) * cc.w + ix) * cc.c + ci] * wv;
                 s += p;
-                mag += std::fabs(p);
+                mag += std::isfinite(p) ? std::fabs(p) : 0.0;  // nonfinite family: inf must not widen the bound
               }
             }
           const size_t idx = ((b * oh + oy) * ow + ox) * cc.oc + o;
@@ -525,6 +527,284 @@ void test_nnm(const KernelTable& t) {
   report(fam);
 }
 
+// ---- NaN and infinities -----------------------------------------------------------------------
+// Every family with NaN, +inf and -inf in its inputs, against the naive references (GEMM, conv,
+// clustered, NNM, eltwise, softmax) or the scalar kernels (depthwise, pooling, activation). The
+// semantics are ONNX Runtime's (tests/test_nan_inf.py): NaN in, NaN out, through every activation
+// and clamp; +-inf to the limits (Relu(-inf) = 0, Sigmoid(+inf) = 1, Tanh(-inf) = -1, ...); a NaN
+// anywhere in a max pool window gives NaN. Family::check accepts a nonfinite value only when it
+// equals the wanted one (or both are NaN), and the references' error floors count finite terms only.
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+const float kInf = std::numeric_limits<float>::infinity();
+
+// Puts NaN, +inf, -inf, NaN, ... at positions first, first + stride, ...
+void sprinkle(std::vector<float>& x, size_t first, size_t stride) {
+  const float specials[3] = {kNaN, kInf, -kInf};
+  for (size_t i = first, j = 0; i < x.size(); i += stride, ++j) x[i] = specials[j % 3];
+}
+
+// The activations' values at NaN, +inf and -inf (ONNX Runtime 1.x, checked by tests/test_nan_inf.py).
+void check_activation_limits(Family& fam, const KernelTable& t) {
+  struct Limit { Activation act; float at_nan, at_inf, at_neg_inf; };
+  const Limit limits[] = {
+      {act_none(), kNaN, kInf, -kInf},           {act_relu(), kNaN, kInf, 0.0f},
+      {act_clip(-0.25f, 0.5f), kNaN, 0.5f, -0.25f}, {act_hardswish(), kNaN, kInf, kNaN},
+      {act_hardsigmoid(), kNaN, 1.0f, 0.0f},     {act_sigmoid(), kNaN, 1.0f, 0.0f},
+      {act_tanh(), kNaN, 1.0f, -1.0f},           {act_leaky_relu(0.1f), kNaN, kInf, -kInf},
+  };
+  for (const Limit& l : limits) {
+    const float in[3] = {kNaN, kInf, -kInf};
+    const float want[3] = {l.at_nan, l.at_inf, l.at_neg_inf};
+    float ref[3], got[3] = {kNaN, kInf, -kInf};
+    for (int i = 0; i < 3; ++i) ref[i] = activate_reference(in[i], l.act);
+    fam.check(std::string("activate_reference limits ") + act_name(l.act.kind), ref, want, 3, 0.0);
+    activation(got, 3, l.act, 1, &t);
+    fam.check(std::string("activation limits ") + act_name(l.act.kind), got, want, 3, 0.0);
+  }
+}
+
+void nonfinite_gemm(Family& fam, const KernelTable& t) {
+  struct Case { size_t m, n, k; };
+  const Case cases[] = {{1, 5, 7}, {1, 33, 300}, {3, 17, 33}, {9, 33, 65}, {7, 16, 700}};
+  size_t index = 0;
+  for (const Case& cs : cases)
+    for (const Activation& act : kActs)
+      for (bool fp16 : {false, true}) {
+        ++index;
+        auto a = random_vec(cs.m * cs.k), w = random_vec(cs.n * cs.k), bias = random_vec(cs.n);
+        // One special per row at most (so rows show NaN, +inf and -inf alike), plus a finite row.
+        for (size_t i = 0; i + 1 < cs.m || (cs.m == 1 && i == 0); ++i) {
+          const float specials[3] = {kNaN, kInf, -kInf};
+          a[i * cs.k + (i * 7 + index) % cs.k] = specials[(i + index) % 3];
+        }
+        auto packed = pack_gemm_weights(w.data(), cs.n, cs.k, WeightLayout::NK, bias.data(),
+                                        fp16 ? WeightType::F16 : WeightType::F32, &t);
+        std::vector<float> c(cs.m * cs.n);
+        gemm(a.data(), cs.m, cs.k, packed, c.data(), cs.n, act, 1 + index % 2);
+        std::vector<double> want(c.size()), floor(c.size());
+        for (size_t i = 0; i < cs.m; ++i)
+          for (size_t j = 0; j < cs.n; ++j) {
+            double s = bias[j], mag = std::fabs(bias[j]);
+            for (size_t kk = 0; kk < cs.k; ++kk) {
+              const double p = a[i * cs.k + kk] * static_cast<double>(fp16 ? round_fp16(w[j * cs.k + kk]) : w[j * cs.k + kk]);
+              s += p;
+              mag += std::isfinite(p) ? std::fabs(p) : 0.0;
+            }
+            want[i * cs.n + j] = activate_reference(static_cast<float>(s), act);
+            floor[i * cs.n + j] = mag / std::sqrt(static_cast<double>(cs.k)) + 1e-3;
+          }
+        fam.check("nonfinite gemm " + dims({cs.m, cs.n, cs.k}) + (fp16 ? " f16w " : " ") + act_name(act.kind), c.data(),
+                  want.data(), want.size(), 1e-5, floor.data());
+      }
+}
+
+void nonfinite_conv(Family& fam, const KernelTable& t) {
+  const ConvCase cases[] = {
+      {1, 5, 7, 3, 5, geom(1, 1, 1, 1, 0, 0, 0, 0)},    // the GEMM path
+      {1, 7, 9, 5, 17, geom(3, 3, 1, 1, 1, 1, 1, 1)},   // indirect, padded
+      {2, 9, 8, 3, 33, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+  };
+  for (const ConvCase& cc : cases)
+    for (const Activation& act : kActs) {
+      const size_t kdim = cc.g.kh * cc.g.kw * cc.c;
+      auto x = random_vec(cc.n * cc.h * cc.w * cc.c), w = random_vec(cc.oc * kdim), bias = random_vec(cc.oc);
+      sprinkle(x, 4, 37);
+      auto packed = pack_gemm_weights(w.data(), cc.oc, kdim, WeightLayout::NK, bias.data(), WeightType::F32, &t);
+      ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed);
+      std::vector<double> want, floor;
+      naive_conv(cc, x.data(), w.data(), bias.data(), false, act, plan.out_h(), plan.out_w(), want, floor);
+      std::vector<float> y(want.size());
+      plan.run(x.data(), y.data(), act, 2);
+      fam.check("nonfinite conv " + dims({cc.n, cc.h, cc.w, cc.c, cc.oc, cc.g.kh}) + " " + act_name(act.kind), y.data(),
+                want.data(), y.size(), 1e-5, floor.data());
+    }
+}
+
+void nonfinite_vector_families(Family& fam, const KernelTable& t) {
+  // Depthwise (plain, channel multiplier) against the scalar kernel.
+  struct DwCase { size_t h, w, c, mult; ConvGeometry g; };
+  const DwCase dw_cases[] = {{7, 8, 17, 1, geom(3, 3, 1, 1, 1, 1, 1, 1)}, {6, 6, 70, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+                             {5, 5, 3, 9, geom(3, 3, 1, 1, 1, 1, 1, 1)}};
+  for (const DwCase& cs : dw_cases)
+    for (const Activation& act : kActs) {
+      const size_t oc = cs.c * cs.mult;
+      auto x = random_vec(cs.h * cs.w * cs.c), w = random_vec(9 * oc), b = random_vec(oc);
+      sprinkle(x, 2, 29);
+      const size_t oh = conv_output_size(cs.h, 3, cs.g.stride_h, 1, 1, 1), ow = conv_output_size(cs.w, 3, cs.g.stride_w, 1, 1, 1);
+      std::vector<float> got(oh * ow * oc), want(got.size());
+      depthwise_conv(x.data(), 1, cs.h, cs.w, cs.c, cs.mult, cs.g, w.data(), b.data(), got.data(), act, 2, &t);
+      depthwise_conv(x.data(), 1, cs.h, cs.w, cs.c, cs.mult, cs.g, w.data(), b.data(), want.data(), act, 1, &scalar_table());
+      fam.check("nonfinite depthwise " + dims({cs.h, cs.w, cs.c, cs.mult}) + " " + act_name(act.kind), got.data(),
+                want.data(), got.size(), 1e-5, 0.1);
+    }
+  // Pooling: a NaN anywhere in a max window is NaN; averages follow IEEE sums.
+  for (size_t c : {1, 5, 17, 33})
+    for (int kind = 0; kind < 2; ++kind) {
+      auto x = random_vec(8 * 8 * c, -3.0f, 3.0f);
+      sprinkle(x, 3, 41);
+      const PoolKind pk = kind == 0 ? PoolKind::Max : PoolKind::Average;
+      std::vector<float> got(4 * 4 * c), want(got.size());
+      pool2d(pk, x.data(), 1, 8, 8, c, geom(3, 3, 2, 1, 1, 1, 0, 0), false, got.data(), act_none(), 2, &t);
+      pool2d(pk, x.data(), 1, 8, 8, c, geom(3, 3, 2, 1, 1, 1, 0, 0), false, want.data(), act_none(), 1, &scalar_table());
+      fam.check(std::string(kind == 0 ? "nonfinite maxpool c=" : "nonfinite avgpool c=") + std::to_string(c), got.data(),
+                want.data(), got.size(), 1e-5, 0.1);
+    }
+  {  // max pool order: the NaN first, in the middle and last of a window, against numpy's max
+    for (size_t pos = 0; pos < 4; ++pos) {
+      std::vector<float> x(4 * 16, 1.0f), y(16);
+      for (size_t ch = 0; ch < 16; ++ch) x[pos * 16 + ch] = kNaN;
+      pool2d(PoolKind::Max, x.data(), 1, 2, 2, 16, geom(2, 2, 1, 1, 0, 0, 0, 0), false, y.data(), act_none(), 1, &t);
+      std::vector<float> want(16, kNaN);
+      fam.check("nonfinite maxpool NaN at tap " + std::to_string(pos), y.data(), want.data(), 16, 0.0);
+    }
+    // +inf and -inf in one window (their sum is NaN, but no tap is): the max is +inf.
+    std::vector<float> x(4 * 16, 1.0f), y(16);
+    for (size_t ch = 0; ch < 16; ++ch) {
+      x[ch] = -kInf;
+      x[(1 + ch % 3) * 16 + ch] = kInf;
+    }
+    pool2d(PoolKind::Max, x.data(), 1, 2, 2, 16, geom(2, 2, 1, 1, 0, 0, 0, 0), false, y.data(), act_none(), 1, &t);
+    std::vector<float> want(16, kInf);
+    fam.check("nonfinite maxpool +inf and -inf", y.data(), want.data(), 16, 0.0);
+  }
+  for (size_t c : {3, 17, 70}) {
+    auto x = random_vec(13 * c);
+    sprinkle(x, 1, 23);
+    std::vector<float> got(c);
+    global_avgpool(x.data(), 1, 13, c, got.data(), act_none(), 1, &t);
+    std::vector<double> want(c);
+    for (size_t ch = 0; ch < c; ++ch) {
+      double s = 0;
+      for (size_t p = 0; p < 13; ++p) s += x[p * c + ch];
+      want[ch] = s / 13;
+    }
+    fam.check("nonfinite global_avgpool c=" + std::to_string(c), got.data(), want.data(), c, 1e-5);
+  }
+  // Element-wise: specials in both operands (inf - inf, 0 * inf), every activation.
+  for (size_t c : {3, 17, 33})
+    for (const Activation& act : kActs) {
+      auto a = random_vec(3 * c, -2.0f, 2.0f), b = random_vec(3 * c, -2.0f, 2.0f);
+      sprinkle(a, 0, 5);
+      sprinkle(b, 1, 4);
+      b[2] = 0.0f;
+      for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul}) {
+        std::vector<float> got(3 * c);
+        std::vector<double> want(3 * c), floor(3 * c, 0.05);
+        binary(op, Broadcast::None, a.data(), b.data(), got.data(), 3, c, act, 2, false, &t);
+        for (size_t i = 0; i < 3 * c; ++i) {
+          const float v = op == BinaryOp::Add ? a[i] + b[i] : op == BinaryOp::Sub ? a[i] - b[i] : a[i] * b[i];
+          want[i] = activate_reference(v, act);
+        }
+        fam.check("nonfinite binary c=" + std::to_string(c) + " op=" + std::to_string(static_cast<int>(op)) + " " +
+                      act_name(act.kind), got.data(), want.data(), got.size(), 1e-5, floor.data());
+      }
+    }
+  // Activations: specials in every lane position of a vector and of its tail.
+  for (const Activation& act : kActs)
+    for (size_t n : {1, 7, 33}) {
+      auto x = random_vec(n, -12.0f, 12.0f);
+      sprinkle(x, n % 3, 2);
+      std::vector<float> got = x;
+      std::vector<double> want(n);
+      activation(got.data(), n, act, 1, &t);
+      for (size_t i = 0; i < n; ++i) want[i] = activate_reference(x[i], act);
+      const bool hard = act.kind == ActKind::HardSigmoid || act.kind == ActKind::HardSwish;
+      std::vector<double> floor(n, act.kind == ActKind::Sigmoid ? 1e-7 : hard ? 1e-2 : 1e-30);
+      fam.check(std::string("nonfinite activation ") + act_name(act.kind) + " n=" + std::to_string(n), got.data(),
+                want.data(), n, 1e-5, floor.data());
+    }
+}
+
+// Softmax rows as ONNX Runtime computes them: e^(x - max) / sum, with max NaN if any x is.
+void nonfinite_softmax(Family& fam, const KernelTable& t) {
+  const float lowest = -std::numeric_limits<float>::max();
+  for (size_t n : {1, 7, 17, 33}) {
+    // Row kinds: one NaN, one +inf, one -inf, all -inf, a -3.4e38 mask, 2e6-scale finite values,
+    // a -1e9 mask (the vector path: its m is garbage but finite, and weighs 2^(n - n_max) = 0).
+    for (int kind = 0; kind < 7; ++kind) {
+      auto x = random_vec(n, -4.0f, 4.0f);
+      const size_t at = (n * 5 + static_cast<size_t>(kind)) % n;
+      if (kind == 0) x[at] = kNaN;
+      if (kind == 1) x[at] = kInf;
+      if (kind == 2) x[at] = -kInf;
+      if (kind == 3) std::fill(x.begin(), x.end(), -kInf);
+      if (kind == 4) x[at] = lowest;
+      if (kind == 5) for (auto& v : x) v = v * 0.5f - 2.0e6f;
+      if (kind == 6) x[at] = -1.0e9f;
+      std::vector<float> got(n);
+      softmax(x.data(), got.data(), 1, n, 1, &t);
+      double mx = -std::numeric_limits<double>::infinity();
+      for (float v : x) mx = std::isnan(v) || std::isnan(mx) ? std::nan("") : std::max(mx, static_cast<double>(v));
+      double s = 0;
+      for (float v : x) s += std::exp(v - mx);
+      std::vector<double> want(n), floor(n, 1e-30);
+      for (size_t i = 0; i < n; ++i) want[i] = std::exp(x[i] - mx) / s;
+      fam.check("nonfinite softmax n=" + std::to_string(n) + " kind=" + std::to_string(kind), got.data(), want.data(), n,
+                2e-5, floor.data());
+    }
+  }
+}
+
+void nonfinite_compressed(Family& fam, const KernelTable& t) {
+  {  // clustered GEMV / GEMM: specials in x reach every row
+    const unsigned bits = 4;
+    const size_t n = 17, k = 65;
+    for (size_t m : {1, 3}) {
+      std::vector<uint32_t> idx(n * k);
+      for (auto& v : idx) v = static_cast<uint32_t>(rng() % 16);
+      auto codebook = random_vec(16), x = random_vec(m * k), bias = random_vec(n);
+      sprinkle(x, 5, 70);  // one special per row of x
+      const auto stream = pack_bits_lsb_first(idx, bits);
+      auto cw = pack_clustered(stream.data(), bits, n, k, codebook.data(), false, bias.data(), &t);
+      for (const Activation& act : kActs) {
+        std::vector<float> y(m * n);
+        clustered_gemm(x.data(), m, k, cw, y.data(), n, act, 1);
+        std::vector<double> want(m * n), floor(m * n, 0.1);
+        for (size_t i = 0; i < m; ++i)
+          for (size_t r = 0; r < n; ++r) {
+            double s = bias[r];
+            for (size_t kk = 0; kk < k; ++kk) s += static_cast<double>(codebook[idx[r * k + kk]]) * x[i * k + kk];
+            want[i * n + r] = activate_reference(static_cast<float>(s), act);
+          }
+        fam.check("nonfinite clustered m=" + std::to_string(m) + " " + act_name(act.kind), y.data(), want.data(),
+                  want.size(), 1e-5, floor.data());
+      }
+    }
+  }
+  {  // NNM gather: specials in the centroid responses
+    const size_t groups = 2, kc = 8, k = 17, pixels = 5, stride = groups * kc;
+    auto cent = random_vec(pixels * stride), bias = random_vec(k);
+    sprinkle(cent, 3, 11);
+    std::vector<int32_t> assign(groups * k);
+    for (auto& a : assign) a = static_cast<int32_t>(rng() % kc);
+    for (const Activation& act : kActs) {
+      std::vector<float> out(pixels * k);
+      nnm_gather(cent.data(), pixels, stride, groups, kc, assign.data(), k, bias.data(), out.data(), k, act, 1, &t);
+      std::vector<double> want(pixels * k), floor(pixels * k, 0.2);
+      for (size_t p = 0; p < pixels; ++p)
+        for (size_t j = 0; j < k; ++j) {
+          double s = bias[j];
+          for (size_t g = 0; g < groups; ++g) s += cent[p * stride + g * kc + assign[g * k + j]];
+          want[p * k + j] = activate_reference(static_cast<float>(s), act);
+        }
+      fam.check(std::string("nonfinite nnm ") + act_name(act.kind), out.data(), want.data(), want.size(), 1e-5,
+                floor.data());
+    }
+  }
+}
+
+void test_nonfinite(const KernelTable& t) {
+  reseed();
+  Family fam{"nonfinite", t.name};
+  check_activation_limits(fam, t);
+  nonfinite_gemm(fam, t);
+  nonfinite_conv(fam, t);
+  nonfinite_vector_families(fam, t);
+  nonfinite_softmax(fam, t);
+  nonfinite_compressed(fam, t);
+  report(fam);
+}
+
 // ---- fp16 arithmetic (tables with igemm_f16: neonfp16) ----------------------------------------
 // Two checks per output. (1) Against a scalar model of the kernels' own rounding sequence
 // (ukernels.h, F16IgemmUkernel): fp16 fused multiply-adds into an fp16 accumulator, widened and
@@ -811,6 +1091,52 @@ void test_f16_depthwise(const KernelTable& t) {
 // 64 columns, K = 4608 (a 3x3x512 convolution), post-ReLU N(0,1) activations and He-scaled
 // N(0, 2/K) weights, against the exact result of the fp16 operands; "reference rounding" is what
 // rounding that exact result to half (the reference fp16 model's output) costs.
+// The fp16-arithmetic kernels (neonfp16) with NaN, +inf and -inf: they convert A / the input to
+// half (which keeps NaN and inf) and clamp with vmaxq/vminq (which propagate NaN), so the
+// nonfinite outputs must be exactly the fp32 references'; finite ones within fp16 accuracy.
+void test_f16_nonfinite(const KernelTable& t) {
+  reseed();
+  Family fam{"f16_nonfinite", t.name};
+  for (size_t m : {1, 5})
+    for (const Activation& act : kActs) {
+      const size_t n = 17, k = 40;
+      auto a = random_vec(m * k), w = random_vec(n * k), bias = random_vec(n);
+      sprinkle(a, 3, 29);
+      auto packed = pack_gemm_weights(w.data(), n, k, WeightLayout::NK, bias.data(), WeightType::F16, &t,
+                                      /*f16_arith=*/true);
+      std::vector<float> c(m * n);
+      gemm(a.data(), m, k, packed, c.data(), n, act, 1);
+      const auto ah = halves_of(a), wh = halves_of(w);
+      std::vector<double> want(m * n), floor(m * n);
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          double s = bias[j], mag = std::fabs(bias[j]);
+          for (size_t kk = 0; kk < k; ++kk) {
+            const double p = static_cast<double>(ah[i * k + kk]) * wh[j * k + kk];
+            s += p;
+            mag += std::isfinite(p) ? std::fabs(p) : 0.0;
+          }
+          want[i * n + j] = activate_reference(static_cast<float>(s), act);
+          floor[i * n + j] = mag;
+        }
+      fam.check(std::string("f16 nonfinite gemm m=") + std::to_string(m) + " " + act_name(act.kind), c.data(),
+                want.data(), want.size(), 1e-2, floor.data());
+    }
+  for (const Activation& act : kActs) {
+    const size_t h = 6, wd = 7, ch = 16;
+    auto x = random_vec(h * wd * ch), w = random_vec(9 * ch), b = random_vec(ch);
+    sprinkle(x, 5, 53);
+    std::vector<float> got(h * wd * ch), want(got.size());
+    const ConvGeometry g = geom(3, 3, 1, 1, 1, 1, 1, 1);
+    depthwise_conv(x.data(), 1, h, wd, ch, 1, g, w.data(), b.data(), got.data(), act, 1, &t, /*f16_arith=*/true);
+    const auto xh = halves_of(x), whf = halves_of(w);
+    depthwise_conv(xh.data(), 1, h, wd, ch, 1, g, whf.data(), b.data(), want.data(), act, 1, &scalar_table());
+    fam.check(std::string("f16 nonfinite depthwise ") + act_name(act.kind), got.data(), want.data(), got.size(), 1e-2,
+              1.0);
+  }
+  report(fam);
+}
+
 void measure_f16_gemm(const KernelTable& t) {
   reseed();
   const size_t m = 16, n = 64, k = 4608;
@@ -937,10 +1263,12 @@ int main(int argc, char** argv) {
     test_softmax(t);
     test_clustered(t);
     test_nnm(t);
+    test_nonfinite(t);
     if (t.has_f16_arith()) {
       test_f16_gemm(t);
       test_f16_conv(t);
       test_f16_depthwise(t);
+      test_f16_nonfinite(t);
       measure_f16_gemm(t);
     }
     checked += std::string(checked.empty() ? "" : " ") + t.name;

@@ -45,13 +45,20 @@ bool needs_post_pass(const Activation& act) {
   return act.kind != ActKind::None && act.kind != ActKind::Relu && act.kind != ActKind::Clip;
 }
 
+// NaN and infinities follow ONNX Runtime (tests/test_nan_inf.py): a NaN input gives NaN for every
+// kind (comparisons with NaN are false, so each clamp below lets it through; std::fmin/fmax would
+// return the other operand), and +-inf give the limits: Relu(inf) = inf, Sigmoid(-inf) = 0,
+// Tanh(-inf) = -1, HardSigmoid(+inf) = 1 and HardSigmoid(-inf) = 0. HardSwish(-inf) is -inf * 0 = NaN, as in ONNX Runtime
+// and as the ONNX formula x * HardSigmoid(x) evaluates in IEEE arithmetic.
+static float clamp_keep_nan(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+
 float activate_reference(float x, const Activation& act) {
   switch (act.kind) {
     case ActKind::None: return x;
-    case ActKind::Relu: return x > 0.0f ? x : 0.0f;
-    case ActKind::Clip: return std::fmin(std::fmax(x, act.alpha), act.beta);
-    case ActKind::HardSwish: return x * std::fmin(std::fmax(act.alpha * x + act.beta, 0.0f), 1.0f);
-    case ActKind::HardSigmoid: return std::fmin(std::fmax(act.alpha * x + act.beta, 0.0f), 1.0f);
+    case ActKind::Relu: return x < 0.0f ? 0.0f : x;
+    case ActKind::Clip: return clamp_keep_nan(x, act.alpha, act.beta);
+    case ActKind::HardSwish: return x * clamp_keep_nan(act.alpha * x + act.beta, 0.0f, 1.0f);
+    case ActKind::HardSigmoid: return clamp_keep_nan(act.alpha * x + act.beta, 0.0f, 1.0f);
     case ActKind::Sigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
     case ActKind::Tanh: return static_cast<float>(std::tanh(static_cast<double>(x)));
     case ActKind::LeakyRelu: return x >= 0.0f ? x : act.alpha * x;

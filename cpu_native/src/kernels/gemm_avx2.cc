@@ -98,11 +98,13 @@ void igemm_6x16(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
   }
   }
   if (flags & kGemmFinal) {
+    // Bounds first: maxps/minps return the second operand when either is NaN, so a NaN
+    // accumulator stays NaN (the other order turned it into the lower bound, -inf unclamped).
     const __m256 lo = _mm256_set1_ps(clamp->min), hi = _mm256_set1_ps(clamp->max);
 #pragma GCC unroll 6
     for (size_t i = 0; i < MR; ++i) {
-      acc[i][0] = _mm256_min_ps(_mm256_max_ps(acc[i][0], lo), hi);
-      acc[i][1] = _mm256_min_ps(_mm256_max_ps(acc[i][1], lo), hi);
+      acc[i][0] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][0]));
+      acc[i][1] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][1]));
     }
   }
   if (nr == 16) {

@@ -88,11 +88,13 @@ void igemm_8x32(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
   }
   }
   if (flags & kGemmFinal) {
+    // Bounds first: maxps/minps return the second operand when either is NaN, so a NaN
+    // accumulator stays NaN (the other order turned it into the lower bound, -inf unclamped).
     const __m512 lo = _mm512_set1_ps(clamp->min), hi = _mm512_set1_ps(clamp->max);
 #pragma GCC unroll 8
     for (size_t i = 0; i < MR; ++i) {
-      acc[i][0] = _mm512_min_ps(_mm512_max_ps(acc[i][0], lo), hi);
-      acc[i][1] = _mm512_min_ps(_mm512_max_ps(acc[i][1], lo), hi);
+      acc[i][0] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i][0]));
+      acc[i][1] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i][1]));
     }
   }
 #pragma GCC unroll 8

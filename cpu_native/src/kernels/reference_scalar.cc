@@ -59,7 +59,9 @@ void f32_maxpool_scalar(const PoolArgs* a, size_t row_begin, size_t row_end) {
           for (size_t kx = 0; kx < a->kw; ++kx) {
             size_t ix;
             if (!tap_inside(ox, a->stride_w, kx, a->dil_w, a->pad_left, a->w, &ix)) continue;
-            best = std::fmax(best, a->input[((b * a->h + iy) * a->w + ix) * a->in_stride + c]);
+            const float v = a->input[((b * a->h + iy) * a->w + ix) * a->in_stride + c];
+            // A NaN anywhere in the window makes the result NaN (numpy's max; std::fmax would skip it).
+            if (v > best || std::isnan(v)) best = std::isnan(best) ? best : v;
           }
         }
         out[c] = activate_reference(best, a->act);

@@ -6,7 +6,14 @@
 // V provides: T, W (lanes), load/store (unaligned), load_tail(p, n, fill) / store_tail(p, v, n)
 // for n < W lanes, set1, add, sub, mul, div, fma(a, b, c) = a*b + c, max, min, abs,
 // select_lt(a, b, x, y) = a < b ? x : y, round (to nearest even), exp2_int(n) = 2^n for
-// integer-valued n <= 0 (0 below -126), hsum, hmax.
+// integer-valued n <= 0 (0 below -126), hsum, hmax, nan_mask(a) (all bits set in NaN lanes),
+// any_nan(a), bit_or.
+//
+// NaN (tests/test_nan_inf.py: every backend propagates NaN as ONNX Runtime does): max(a, b) and
+// min(a, b) are only defined for non-NaN a; a NaN b comes out as NaN (x86 maxps/minps return the
+// second operand when either is NaN, NEON fmax/fmin return NaN). So a clamp is written
+// min(hi, max(lo, v)): constant bounds first, the value that must carry a NaN second. Max pooling
+// (window_max) propagates a NaN tap as numpy's max does.
 
 using T = V::T;
 #define EDGESDK_UNROLL4 _Pragma("GCC unroll 4")
@@ -38,9 +45,10 @@ static inline T ext_exp(T x, const ExpConsts& k, T* n_out) {
   return V::fma(p, t, k.one);
 }
 
-// e^x for x <= 0 (inputs below -87.3 give ~0).
+// e^x for x <= 0: below about -87.7 (2^-126) the result flushes to 0, and -inf gives exactly 0.
+// The clamp keeps the range reduction finite (-inf * log2e - -inf would be NaN); a NaN x stays NaN.
 static inline T exp_nonpositive(T x, const ExpConsts& k) {
-  x = V::max(x, V::set1(-87.3f));
+  x = V::max(V::set1(-104.0f), x);
   T n;
   const T m = ext_exp(x, k, &n);
   return V::mul(m, V::exp2_int(n));
@@ -68,15 +76,19 @@ static inline T tanh_vec(T x, const ExpConsts& k) {
   return V::select_lt(ax, V::set1(0.3f), small, big);
 }
 
+// min(hi, max(lo, v)) in this operand order keeps a NaN v (see the header), at no cost.
+static inline T clamp_keep_nan(T v, T lo, T hi) { return V::min(hi, V::max(lo, v)); }
+
+// Matches activate_reference (common.cc) on NaN and +-inf too.
 static inline T activate(T v, const Activation& act, const ExpConsts& k) {
   switch (act.kind) {
     case ActKind::None: return v;
-    case ActKind::Relu: return V::max(v, V::set1(0.0f));
-    case ActKind::Clip: return V::min(V::max(v, V::set1(act.alpha)), V::set1(act.beta));
-    case ActKind::HardSwish:
-      return V::mul(v, V::min(V::max(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f)), k.one));
+    case ActKind::Relu: return V::max(V::set1(0.0f), v);
+    case ActKind::Clip: return clamp_keep_nan(v, V::set1(act.alpha), V::set1(act.beta));
+    case ActKind::HardSwish:  // -inf * 0 = NaN, as in ONNX Runtime
+      return V::mul(v, clamp_keep_nan(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f), k.one));
     case ActKind::HardSigmoid:
-      return V::min(V::max(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f)), k.one);
+      return clamp_keep_nan(V::fma(v, V::set1(act.alpha), V::set1(act.beta)), V::set1(0.0f), k.one);
     case ActKind::Sigmoid: return sigmoid(v, k);
     case ActKind::Tanh: return tanh_vec(v, k);
     case ActKind::LeakyRelu: return V::select_lt(v, V::set1(0.0f), V::mul(v, V::set1(act.alpha)), v);
@@ -209,9 +221,39 @@ static void depthwise_impl(const DepthwiseArgs* a, size_t row_begin, size_t row_
 }
 
 // ---- pooling --------------------------------------------------------------------------------
+// Calls f(v) with channels [c, c + n) of every tap of output pixel (b, oy, ox) that lies on the input.
+template <class F>
+static inline void for_each_tap(const PoolArgs* a, size_t b, size_t oy, size_t ox, size_t c, size_t n, F f) {
+  for (size_t ky = 0; ky < a->kh; ++ky) {
+    size_t iy;
+    if (!tap_inside(oy, a->stride_h, ky, a->dil_h, a->pad_top, a->h, &iy)) continue;
+    for (size_t kx = 0; kx < a->kw; ++kx) {
+      size_t ix;
+      if (!tap_inside(ox, a->stride_w, kx, a->dil_w, a->pad_left, a->w, &ix)) continue;
+      const float* x = a->input + ((b * a->h + iy) * a->w + ix) * a->in_stride + c;
+      f(n == W ? V::load(x) : V::load_tail(x, n, 0.0f));
+    }
+  }
+}
+
+// Max with numpy's rule, a NaN tap makes the result NaN, for one add per tap: max(v, m) skips a
+// NaN v, but the taps' sum is NaN when one is (or when +inf meets -inf), and only then is the
+// window walked again for its NaN lanes. (A blend per tap, or a NaN mask ORed per tap, cost
+// 10-15% on a 3x3 stride-2 pool.)
+static inline T window_max(const PoolArgs* a, size_t b, size_t oy, size_t ox, size_t c, size_t n) {
+  T m = V::set1(-__builtin_inff()), probe = V::set1(0.0f);
+  for_each_tap(a, b, oy, ox, c, n, [&](T v) {
+    m = V::max(v, m);
+    probe = V::add(probe, v);
+  });
+  if (!V::any_nan(probe)) return m;
+  T nan_seen = V::set1(0.0f);
+  for_each_tap(a, b, oy, ox, c, n, [&](T v) { nan_seen = V::bit_or(nan_seen, V::nan_mask(v)); });
+  return V::bit_or(m, nan_seen);  // all bits set: a NaN
+}
+
 static void pool_impl(const PoolArgs* a, size_t row_begin, size_t row_end, bool is_max) {
   const ExpConsts k;
-  const T neg_inf = V::set1(-__builtin_inff());
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;
     for (size_t ox = 0; ox < a->ow; ++ox) {
@@ -230,19 +272,14 @@ static void pool_impl(const PoolArgs* a, size_t row_begin, size_t row_end, bool 
       const T scale = V::set1(count > 0 ? 1.0f / static_cast<float>(count) : 0.0f);
       for (size_t c = 0; c < a->c; c += W) {
         const size_t n = a->c - c < W ? a->c - c : W;
-        T acc = is_max ? neg_inf : V::set1(0.0f);
-        for (size_t ky = 0; ky < a->kh; ++ky) {
-          size_t iy;
-          if (!tap_inside(oy, a->stride_h, ky, a->dil_h, a->pad_top, a->h, &iy)) continue;
-          for (size_t kx = 0; kx < a->kw; ++kx) {
-            size_t ix;
-            if (!tap_inside(ox, a->stride_w, kx, a->dil_w, a->pad_left, a->w, &ix)) continue;
-            const float* x = a->input + ((b * a->h + iy) * a->w + ix) * a->in_stride + c;
-            const T v = n == W ? V::load(x) : V::load_tail(x, n, 0.0f);
-            acc = is_max ? V::max(acc, v) : V::add(acc, v);
-          }
+        T acc;
+        if (is_max) {
+          acc = window_max(a, b, oy, ox, c, n);
+        } else {
+          T sum = V::set1(0.0f);
+          for_each_tap(a, b, oy, ox, c, n, [&](T v) { sum = V::add(sum, v); });
+          acc = V::mul(sum, scale);
         }
-        if (!is_max) acc = V::mul(acc, scale);
         acc = activate(acc, a->act, k);
         if (n == W) V::store(out + c, acc); else V::store_tail(out + c, acc, n);
       }
@@ -301,6 +338,14 @@ static void binary_impl(const BinaryArgs* a, size_t row_begin, size_t row_end) {
 // ---- softmax: two-pass (seed 001, Algorithm 3) ------------------------------------------------
 // Pass 1 accumulates sum e^x as a per-lane (m, n) pair, rescaling to the larger exponent, so
 // nothing overflows and no max pass is needed; pass 2 writes m * 2^(n - n_sum) / m_sum.
+// The range reduction is accurate while |n| = |round(x log2 e)| <= kSoftmaxVectorRangeN (|x| up to
+// about 1e6). Entries far below the row's max weigh 2^(n - n_max) = 0 whatever their m, unless m is
+// not finite: so the vector result stands when the row's max is in range and the sum m_sum is
+// finite. Otherwise (a NaN, +-inf or -3.4e38 mask entry, or a row of huge values) the scalar
+// kernel runs the row, subtracting its max in double: -inf entries give 0, and a +inf, NaN or
+// all -inf row gives NaN, as in ONNX Runtime. The test is on the two totals: free per element.
+constexpr float kSoftmaxVectorRangeN = 1.5e6f;
+
 static void softmax_impl(const float* x, float* y, size_t n) {
   if (n == 0) return;
   const ExpConsts k;
@@ -316,7 +361,7 @@ static void softmax_impl(const float* x, float* y, size_t n) {
   }
   const size_t tail = n - i;
   if (tail > 0) {
-    // Dead lanes read x[0] (finite) and contribute m = 0.
+    // Dead lanes read x[0] (a real entry, so its magnitude counts anyway) and contribute m = 0.
     T ni;
     T mi = ext_exp(V::load_tail(x + i, tail, x[0]), k, &ni);
     mi = V::select_lt(V::load_tail(kLaneIndex, tail, 1e9f), V::set1(static_cast<float>(tail)), mi, zero);
@@ -326,6 +371,10 @@ static void softmax_impl(const float* x, float* y, size_t n) {
   }
   const float n_total = V::hmax(n_sum);
   const float m_total = V::hsum(V::mul(m_sum, V::exp2_int(V::sub(n_sum, V::set1(n_total)))));
+  if (!(__builtin_fabsf(n_total) <= kSoftmaxVectorRangeN && __builtin_isfinite(m_total))) {
+    f32_softmax_scalar(x, y, n);
+    return;
+  }
   const T scale = V::set1(1.0f / m_total);
   const T nt = V::set1(n_total);
   for (i = 0; i + W <= n; i += W) {

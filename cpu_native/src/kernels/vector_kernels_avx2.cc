@@ -31,6 +31,9 @@ struct V {
   static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T max(T a, T b) { return _mm256_max_ps(a, b); }
   static T min(T a, T b) { return _mm256_min_ps(a, b); }
+  static T nan_mask(T a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+  static T bit_or(T a, T b) { return _mm256_or_ps(a, b); }
+  static bool any_nan(T a) { return _mm256_movemask_ps(nan_mask(a)) != 0; }
   static T abs(T a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
   static T select_lt(T a, T b, T x, T y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
   static T round(T a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }

@@ -29,6 +29,9 @@ struct V {
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T max(T a, T b) { return _mm512_max_ps(a, b); }
   static T min(T a, T b) { return _mm512_min_ps(a, b); }
+  static T nan_mask(T a) { return _mm512_castsi512_ps(_mm512_movm_epi32(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q))); }
+  static T bit_or(T a, T b) { return _mm512_or_ps(a, b); }
+  static bool any_nan(T a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) != 0; }
   static T abs(T a) { return _mm512_abs_ps(a); }
   static T select_lt(T a, T b, T x, T y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
   static T round(T a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }

@@ -30,6 +30,11 @@ struct V {
   static T fma(T a, T b, T c) { return vfmaq_f32(c, a, b); }
   static T max(T a, T b) { return vmaxq_f32(a, b); }
   static T min(T a, T b) { return vminq_f32(a, b); }
+  static T nan_mask(T a) { return vreinterpretq_f32_u32(vmvnq_u32(vceqq_f32(a, a))); }
+  static bool any_nan(T a) { return vmaxvq_u32(vmvnq_u32(vceqq_f32(a, a))) != 0; }
+  static T bit_or(T a, T b) {
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b)));
+  }
   static T abs(T a) { return vabsq_f32(a); }
   static T select_lt(T a, T b, T x, T y) { return vbslq_f32(vcltq_f32(a, b), x, y); }
   static T round(T a) { return vrndnq_f32(a); }

@@ -444,7 +444,8 @@ def binary(node: Node, b: Builder) -> None:
 def _constant_operand(b: Builder, name: str, role: str, layout: str, out_shape, reciprocal: bool) -> np.ndarray:
     value = round_to_storage(np.asarray(b.graph.const(name), dtype=np.float32), b.precision)
     if reciprocal:
-        value = (np.float32(1) / value).astype(np.float32)
+        with np.errstate(divide="ignore"):  # x / 0 = x * inf, as IEEE division
+            value = (np.float32(1) / value).astype(np.float32)
     if role == "full" and layout == NHWC:
         value = value.transpose(0, 2, 3, 1)
     return np.ascontiguousarray(value.reshape(-1) if role != "full" else value, dtype=np.float32)

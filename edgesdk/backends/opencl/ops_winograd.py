@@ -103,6 +103,7 @@ def winograd_launches(ctx: LoweringContext, node: Node, geom, x: DeviceBuffer, x
                    (ceil_div(tx, ctx.vec) * geom.n * ty, geom.c), "winograd_input"),
         ctx.launch("winograd.cl", "winograd_gemm", defines, [scratch, u],
                    (ceil_div(count, t.rows), ceil_div(geom.oc, block), 16), "winograd"),
-        ctx.launch("winograd.cl", "winograd_output", defines, [scratch, epilogue.bias or ctx.dummy, y],
+        # x and U too: a NaN output (an infinite input, inf - inf in the transforms) is recomputed directly
+        ctx.launch("winograd.cl", "winograd_output", defines, [scratch, epilogue.bias or ctx.dummy, x, u, y],
                    (count, ceil_div(geom.oc, ctx.vec)), "winograd_output"),
     ]

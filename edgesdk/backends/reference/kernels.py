@@ -27,10 +27,12 @@ def kernel(*ops: str) -> Callable[[Kernel], Kernel]:
 
 
 def evaluate(node: Node, inputs: list[np.ndarray | None]) -> tuple[np.ndarray, ...]:
-    """Run one node on the reference kernels, fused activation included."""
-    result = KERNELS[node.op](node, *inputs)
-    outputs = result if isinstance(result, tuple) else (result,)
-    fused = node.attrs.get("fused_activation")
-    if fused is not None:
-        outputs = (fused.apply(outputs[0]),) + outputs[1:]
+    """Run one node on the reference kernels, fused activation included. NaN and infinities give
+    their IEEE results silently, as in ONNX Runtime (no numpy "invalid value" warnings)."""
+    with np.errstate(all="ignore"):
+        result = KERNELS[node.op](node, *inputs)
+        outputs = result if isinstance(result, tuple) else (result,)
+        fused = node.attrs.get("fused_activation")
+        if fused is not None:
+            outputs = (fused.apply(outputs[0]),) + outputs[1:]
     return outputs
