@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,7 @@ from edgesdk.backends.opencl import MappedBufferError, OpenCLBackend, describe_d
 from edgesdk.backends.opencl import config as cl_config  # noqa: E402
 from edgesdk.backends.opencl.device import open_device  # noqa: E402
 from edgesdk.backends.opencl.memory import Block, plan_arena  # noqa: E402
+from edgesdk.backends.opencl import programs  # noqa: E402
 from edgesdk.backends.opencl.programs import program_cache  # noqa: E402
 
 pytestmark = pytest.mark.skipif(OpenCLBackend.unavailable_reason() is not None,
@@ -183,6 +187,64 @@ def test_damaged_cached_binary_is_rebuilt(tmp_path, monkeypatch) -> None:
     assert cache.stats.source_builds > builds
     x = rand(*sess.input_shapes["input"])
     assert_close(sess.run({"input": x})["logits"], reference_out(DEFAULT, x)["logits"], 1e-4)
+
+
+def test_cache_entry_format_detects_every_damage() -> None:
+    binary = bytes(range(256)) * 8
+    entry = programs.pack_entry(binary)
+    assert programs.unpack_entry(entry) == binary
+    for cut in range(0, len(entry), 97):  # truncated anywhere, header included
+        assert programs.unpack_entry(entry[:cut]) is None
+    for at in (0, 9, 20, 60, len(entry) // 2, len(entry) - 1):  # one flipped bit in magic, length, hash, binary
+        damaged = bytearray(entry)
+        damaged[at] ^= 0x10
+        assert programs.unpack_entry(bytes(damaged)) is None
+    assert programs.unpack_entry(binary) is None  # a raw binary from an older cache
+    assert programs.unpack_entry(entry + b"\0") is None
+
+
+_DAMAGE_SCRIPT = """
+import sys, numpy as np, edgesdk
+from pathlib import Path
+from edgesdk.backends.opencl.device import open_device
+from edgesdk.backends.opencl.programs import program_cache
+model, cache_dir = sys.argv[1], Path(sys.argv[2])
+cache = program_cache(open_device(None))
+x = np.random.default_rng(0).standard_normal((1, 1, 8, 8)).astype(np.float32)
+expected = edgesdk.Session(model, backend="opencl").run({"input": x})["logits"]
+originals = {p: p.read_bytes() for p in cache_dir.glob("*.bin")}
+assert originals
+for fraction in (0.0, 0.05, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 0.99):  # truncated cache entries
+    for path, data in originals.items():
+        path.write_bytes(data[:int(len(data) * fraction)])
+    cache.clear_memory()
+    builds = cache.stats.source_builds
+    got = edgesdk.Session(model, backend="opencl").run({"input": x})["logits"]
+    assert cache.stats.source_builds - builds == len(originals), fraction
+    assert np.array_equal(got, expected), fraction
+    assert sorted(p.read_bytes() == originals[p] for p in originals) == [True] * len(originals)
+for path, data in originals.items():  # the binary itself damaged, with the stored hash kept
+    damaged = bytearray(data)
+    for at in range(60, len(damaged), 4099):
+        damaged[at] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+cache.clear_memory()
+builds = cache.stats.source_builds
+got = edgesdk.Session(model, backend="opencl").run({"input": x})["logits"]
+assert cache.stats.source_builds - builds == len(originals)
+assert np.array_equal(got, expected)
+print("ok", len(originals))
+"""
+
+
+def test_truncated_or_damaged_cache_entries_never_reach_the_driver(tmp_path) -> None:
+    """Drivers abort or segfault on damaged binaries: run in a child so a crash fails the test
+    instead of killing pytest. Every damaged entry must be rebuilt from source, same outputs."""
+    env = dict(os.environ, EDGESDK_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", _DAMAGE_SCRIPT, str(DEFAULT), str(tmp_path / "cl")],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.startswith("ok")
 
 
 # -- zero-copy views and the map-state guard ---------------------------------------------------------

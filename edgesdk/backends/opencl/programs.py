@@ -4,8 +4,11 @@ A program is one ``cl_kernels/<file>.cl`` (with ``common.cl`` in front) built wi
 constants. Built programs are kept per device in memory and their binaries on disk under
 ``$EDGESDK_CACHE_DIR/cl`` (default ``~/.cache/edgesdk/cl``), keyed by device name, driver
 version, the source hash and the options, so the next process skips the compiler. Files are
-written to a temporary name and renamed, so a crash never leaves a truncated binary behind, and a
-binary the driver refuses is rebuilt from source and replaced.
+written to a temporary name and renamed, so a crash never leaves a truncated binary behind. Each
+entry carries a magic, the binary's length and its SHA-256, checked before the binary reaches the
+driver: drivers abort or segfault on damaged binaries (PoCL crashed on 5 of 10 truncated entries)
+instead of reporting an error, so a damaged entry must never be handed to them. An entry that fails
+the check, or that the driver refuses, is removed, rebuilt from source and replaced.
 """
 from __future__ import annotations
 
@@ -110,7 +113,7 @@ class ProgramCache:
         cl = _cl()
         source = self.source(file)
         path = self._disk_path(source, options)
-        binary = _read_bytes(path)
+        binary = _read_entry(path)
         if binary is not None:
             try:
                 program = cl.Program(self.device.context, [self.device.cl_device], [binary]).build(options)
@@ -126,24 +129,53 @@ class ProgramCache:
                 f"OpenCL compiler failed on {file} for {self.device.label} with {options}: "
                 f"{' | '.join(errors[-3:])[:600]}") from None
         self.stats.source_builds += 1
-        _write_atomic(path, program.get_info(cl.program_info.BINARIES)[0])
+        _write_entry(path, program.get_info(cl.program_info.BINARIES)[0])
         return program
 
 
-def _read_bytes(path: Path) -> bytes | None:
+# A cache entry: magic, binary length (u64 little-endian), SHA-256 of the binary, the binary.
+ENTRY_MAGIC = b"EDGECLB1"
+_ENTRY_HEADER = len(ENTRY_MAGIC) + 8 + 32
+
+
+def pack_entry(binary: bytes) -> bytes:
+    return ENTRY_MAGIC + len(binary).to_bytes(8, "little") + hashlib.sha256(binary).digest() + binary
+
+
+def unpack_entry(data: bytes) -> bytes | None:
+    """The binary stored in ``data``, or None when the entry is damaged or of another format."""
+    if len(data) <= _ENTRY_HEADER or not data.startswith(ENTRY_MAGIC):
+        return None
+    length = int.from_bytes(data[len(ENTRY_MAGIC):len(ENTRY_MAGIC) + 8], "little")
+    digest = data[len(ENTRY_MAGIC) + 8:_ENTRY_HEADER]
+    binary = data[_ENTRY_HEADER:]
+    if length != len(binary) or hashlib.sha256(binary).digest() != digest:
+        return None
+    return binary
+
+
+def _read_entry(path: Path) -> bytes | None:
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    return data or None
+    binary = unpack_entry(data)
+    if binary is None:
+        log.info("cached OpenCL binary %s is damaged (%d bytes, hash or length mismatch); rebuilding",
+                 path.name, len(data))
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    return binary
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_entry(path: Path, binary: bytes) -> None:
     """Temp file + rename in the same directory; failures only cost the next start a rebuild."""
-    if not data:
+    if not binary:
         return
     try:
-        atomic_write_bytes(path, data, fsync=False)  # a lost cache file costs a rebuild
+        atomic_write_bytes(path, pack_entry(binary), fsync=False)  # a lost cache file costs a rebuild
     except OSError as exc:
         log.info("cannot write the OpenCL binary cache %s: %s", path, exc)
 
