@@ -17,6 +17,22 @@ class UnsupportedModelError(EdgeSDKError):
     """The model is valid but uses a feature this SDK does not run (dtype, rank, attribute...)."""
 
 
+class ModelTooLargeError(UnsupportedModelError):
+    """A tensor (input, activation, folded constant, scratch), an attribute or the peak memory of
+    the model is larger than this machine holds or than the kernels can index. Raised from the
+    shapes alone, before anything of that size is allocated. A kind of UnsupportedModelError: the
+    model is valid, this SDK does not run it at this size here (so ``backend="auto"`` and callers
+    that catch UnsupportedModelError treat it alike). ``tensor``, ``nbytes`` and ``limit`` say what
+    was refused (None where the refusal is of an attribute, not of a size in bytes)."""
+
+    def __init__(self, message: str, *, tensor: str | None = None, nbytes: int | None = None,
+                 limit: int | None = None) -> None:
+        super().__init__(message)
+        self.tensor = tensor
+        self.nbytes = nbytes
+        self.limit = limit
+
+
 class UnsupportedOperatorError(UnsupportedModelError):
     """The model contains an operator type this SDK does not implement."""
 

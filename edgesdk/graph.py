@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
@@ -61,8 +62,8 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        """Number of elements (exact: math.prod of Python ints cannot wrap as numpy's int64 would)."""
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

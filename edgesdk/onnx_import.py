@@ -25,7 +25,7 @@ from .backends.reference.kernels import evaluate
 from .errors import EdgeSDKError, ModelLoadError, UnsupportedModelError, UnsupportedOperatorError
 from .graph import Graph, Node
 from .runtime.activations import Activation
-from .runtime.shapes import RUNTIME_OPS, infer_node, normalize_axis, same_pads
+from .runtime.shapes import RUNTIME_OPS, check_folding, check_tensor_size, infer_node, normalize_axis, same_pads
 
 # Opsets 11-21 are what exporters emit; for the ops imported here the later versions (up to 28,
 # onnx 1.23) only add element types, so they import unchanged.
@@ -163,6 +163,8 @@ class _Importer:
             shape = tuple(1 if d is None else d for d in declared)  # a dynamic batch defaults to 1
             if declared and declared[0] is None:
                 self._note_fixed_batch(vi.name, ttype.shape.dim[0].dim_param, shape)
+        # Before any node sees it: a Shape of it folds, a backend allocates it (ModelTooLargeError)
+        check_tensor_size(vi.name, shape, np.float32, role="input")
         self.graph.add_input(vi.name, shape, np.float32)
 
     def _note_fixed_batch(self, name: str, dim_param: str, shape: tuple[int, ...]) -> None:
@@ -229,6 +231,7 @@ class _Importer:
         """Fold ``node`` if its inputs are constant, else infer its outputs and keep it."""
         inputs = [self.graph.const(i) if i else None for i in node.inputs]
         if all(v is not None for v, i in zip(inputs, node.inputs) if i):
+            check_folding(node, inputs)  # ConstantOfShape/Expand/Tile/Range...: refuse before allocating
             try:
                 values = evaluate(node, inputs)
             except Exception as exc:

@@ -10,6 +10,7 @@ import numpy as np
 from .backends.reference.kernels import evaluate
 from .graph import Graph, Node
 from .runtime.activations import ACTIVATION_PARAMS
+from .runtime.shapes import check_folding
 
 # Ops whose kernels apply a fused activation to their output in every backend.
 FUSABLE_PRODUCERS = frozenset({"Conv", "Gemm", "MatMul", "Add", "BatchNormalization"})
@@ -38,6 +39,7 @@ def fold_constants(graph: Graph) -> int:
             remaining.append(node)
             continue
         values = [graph.const(i) for i in node.inputs]
+        check_folding(node, values)  # from shapes, before evaluating allocates the result
         for name, value in zip(node.outputs, evaluate(node, values)):
             if name:
                 graph.add_constant(name, np.asarray(value))

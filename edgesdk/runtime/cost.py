@@ -35,7 +35,8 @@ def node_macs(node: Node, graph: Graph) -> int:
 
 
 def node_params(node: Node, graph: Graph) -> int:
-    return sum(graph.tensors[i].size for i in node.inputs if i and graph.tensors[i].is_constant)
+    # math.prod, not Tensor.size: Python ints cannot wrap, whatever shape a model declares
+    return sum(math.prod(graph.tensors[i].shape) for i in node.inputs if i and graph.tensors[i].is_constant)
 
 
 def op_label(node: Node) -> str:

@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BackendUnavailableError, SessionClosedError, UnsupportedModelError
+from ...errors import BackendUnavailableError, ModelTooLargeError, SessionClosedError, UnsupportedModelError
 from ...graph import Node
 from ...runtime.cost import op_label
 from ...runtime.plan import ExecutionPlan
 from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
+from ...runtime.shapes import INT32_MAX, check_element_counts, format_bytes
 from ..base import Backend, IOBinding
 from . import ops_basic, ops_linear  # noqa: F401 (register the lowerings)
 from .config import DeviceConfig, load_device_config
@@ -110,6 +111,17 @@ class OpenCLBackend(Backend):
             if tensor.dtype != np.float32:
                 raise UnsupportedModelError(f"tensor {name!r} has dtype {tensor.dtype}; the opencl backend "
                                             f"runs float32 graphs")
+        check_element_counts(graph, INT32_MAX, "opencl")  # the kernels index elements with int
+
+    def _check_allocation(self, label: str, nbytes: int) -> None:
+        """Drivers refuse (or crash on) buffers past CL_DEVICE_MAX_MEM_ALLOC_SIZE: say so first."""
+        limit = int(self.device.cl_device.max_mem_alloc_size)
+        if nbytes > limit:
+            raise ModelTooLargeError(
+                f"opencl buffer {label} would need {format_bytes(nbytes)}, more than the {format_bytes(limit)} "
+                f"one buffer may take on {self.device.label} (CL_DEVICE_MAX_MEM_ALLOC_SIZE); pass smaller "
+                f"input_shapes=... (CLI: --input-shape NAME=...) or use the cpu backend", tensor=label,
+                nbytes=nbytes, limit=limit)
 
     def _storage(self) -> dict[str, bool]:
         """Activation name -> stored as half."""
@@ -175,6 +187,9 @@ class OpenCLBackend(Backend):
                 blocks.append(Block(f"scratch:{step.node.name}", need, index, index))
         alignment = max(info.mem_base_addr_align_bits // 8, 64)
         arena_bytes = plan_arena(blocks, alignment)
+        self._check_allocation("arena (activations)", arena_bytes)
+        for root in io_roots:
+            self._check_allocation(repr(root), self._nbytes(root))
         arena = DeviceBuffer(self.device, arena_bytes, label="arena", zero_copy=self.zero_copy) if blocks else None
         buffers: dict[str, DeviceBuffer] = {}
         for block in blocks:

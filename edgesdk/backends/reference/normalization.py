@@ -25,10 +25,13 @@ def batch_norm(node: Node, x: np.ndarray, scale: np.ndarray, bias: np.ndarray, m
 def lrn(node: Node, x: np.ndarray) -> np.ndarray:
     a = node.attrs
     size = a["size"]
-    before, after = (size - 1) // 2, math.ceil((size - 1) / 2)
+    # Channels past either end add nothing, so the window is clipped to them: padding and loop
+    # stay under 2C-1 channels whatever the size (alpha is still divided by the full size).
+    reach = max(x.shape[1] - 1, 0)
+    before, after = min((size - 1) // 2, reach), min(size // 2, reach)
     squares = np.square(x)
     padded = np.pad(squares, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
-    window = sum(padded[:, i: i + x.shape[1]] for i in range(size))
+    window = sum(padded[:, i: i + x.shape[1]] for i in range(before + after + 1))
     t = x.dtype.type
     return x / (t(a["bias"]) + t(a["alpha"] / size) * window) ** t(a["beta"])
 
