@@ -1,12 +1,15 @@
-"""The ``edgesdk`` command line.
+"""The ``edgesdk`` command line (also ``python -m edgesdk``).
 
-Every command takes ``--json`` for machine-readable output. Errors print one line and exit 2;
-``--debug`` shows the traceback instead.
+Every command takes ``--json`` for machine-readable output, ``-q`` (errors and results only: no
+progress bars, notes or warnings) and ``-v`` (also what was chosen: backend, device; ``-vv`` debug
+logs). Errors print one line and exit 2; ``--debug`` shows the traceback instead. Progress bars
+are drawn on stderr only when it is a terminal.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -19,6 +22,81 @@ from .errors import EdgeSDKError, InputError
 from .fileio import atomic_path
 
 EXIT_USAGE = 2
+_log = logging.getLogger("edgesdk.cli")
+
+
+# -- output levels ---------------------------------------------------------------------------
+class _LevelFormatter(logging.Formatter):
+    """``edgesdk: warning: ...`` for warnings (what a user may want to act on), ``edgesdk: ...``
+    for info and debug lines (what -v shows)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = {logging.WARNING: "warning: ", logging.ERROR: "error: ", logging.CRITICAL: "error: "}
+        return f"edgesdk: {prefix.get(record.levelno, '')}{record.getMessage()}"
+
+
+def _log_level(args: argparse.Namespace) -> int:
+    if args.quiet:
+        return logging.ERROR
+    return {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+
+
+def _configure_output(args: argparse.Namespace) -> Callable[[], None]:
+    """Log the ``edgesdk`` loggers to stderr at the level -q/-v ask for, and turn progress bars off
+    under -q and --json. Returns the undo: main() called in-process (tests, scripts) leaves the
+    process's logging and bars as it found them."""
+    from . import progress
+    logger = logging.getLogger("edgesdk")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LevelFormatter())
+    level, bars = logger.level, progress.bars_allowed()
+    logger.addHandler(handler)
+    logger.setLevel(_log_level(args))
+    progress.set_enabled(bars and not (args.quiet or getattr(args, "json", False)))
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        progress.set_enabled(bars)
+    return restore
+
+
+def _notes(args: argparse.Namespace) -> Callable[[str], None] | None:
+    """Where running commentary (fine-tuning epochs, quickstart steps) goes: stdout, stderr under
+    --json (stdout holds the JSON), nowhere under -q."""
+    if args.quiet:
+        return None
+    if getattr(args, "json", False):
+        return lambda line: print(line, file=sys.stderr)
+    return print
+
+
+def _bars() -> Callable[[str], Callable[[int, int, str], None]] | None:
+    """A progress factory for a library call (bars erased when done), or None when none may show."""
+    from .progress import bars_enabled, transient
+    return transient if bars_enabled() else None
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a usage error, exit 2, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _percentage_points(text: str) -> float:
+    """argparse type: accuracy points in [0, 100] (1.5 means 1.5 percentage points)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected percentage points such as 1.0, got {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected percentage points in [0, 100], got {text}")
+    return value
 
 
 # -- small helpers ---------------------------------------------------------------------------
@@ -74,13 +152,17 @@ def _table(rows: list[list[str]], header: list[str], right: set[int] = frozenset
 
 def _session(args: argparse.Namespace, model: Any = None, **overrides: Any):
     from .runtime.session import Session
-    options = dict(backend=getattr(args, "backend", "reference"),
+    options = dict(backend=getattr(args, "backend", "auto"),
                    precision=getattr(args, "precision", "fp32"),
                    threads=getattr(args, "threads", None),
                    input_shapes=_parse_input_shapes(getattr(args, "input_shape", None)),
                    optimize=not getattr(args, "no_optimize", False))
     options.update(overrides)
-    return Session(model if model is not None else args.model, **options)
+    session = Session(model if model is not None else args.model, **options)
+    device = getattr(session._impl, "device_label", None)  # cpu backend: CPU model, kernel path, threads
+    _log.info("backend %s%s, precision %s (asked for %s)", session.backend, f" on {device}" if device else "",
+              session.precision, options["backend"])
+    return session
 
 
 # -- inspect ---------------------------------------------------------------------------------
@@ -217,6 +299,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(report)
         return 0
+    print(f"backend {sess.backend}, precision {sess.precision}")
     for name, info in report["outputs"].items():
         print(f"{name}: shape {info['shape']} {info['dtype']}  min {info['min']:.6g}  max {info['max']:.6g}"
               f"  mean {info['mean']:.6g}")
@@ -247,9 +330,11 @@ def _describe(value: np.ndarray) -> dict:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .datasets import load_dataset
     from .evaluation import evaluate
+    from .progress import Progress
     data = load_dataset(args.data)
     sess = _session(args)
-    result = evaluate(sess, data, limit=args.limit)
+    bar = Progress("evaluating", leave=False)
+    result = evaluate(sess, data, limit=args.limit, progress=lambda done, total: bar(done, total, ""))
     report = {"model": str(args.model), "backend": sess.backend, "precision": sess.precision,
               **result.to_dict()}
     if args.json:
@@ -278,13 +363,20 @@ def _recipe_from_args(args: argparse.Namespace, base=None):
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from .datasets import load_dataset
-    from .pack import pack_model
+    from .pack import AccuracyDropError, pack_model
     from .progress import Progress
+    if args.max_drop is not None and not args.eval:
+        raise InputError("--max-drop needs --eval DATA: the accuracy drop is measured on that dataset")
+    _check_output_folder(args.output)
     recipe = _recipe_from_args(args)
     data = load_dataset(args.eval) if args.eval else None
-    result = pack_model(args.model, args.output, recipe, data=data,
-                        input_shapes=_parse_input_shapes(args.input_shape),
-                        progress=None if args.json else Progress("packing"))
+    shapes, bar = _parse_input_shapes(args.input_shape), Progress("packing", leave=False)
+    try:
+        result = pack_model(args.model, args.output, recipe, data=data, input_shapes=shapes, progress=bar,
+                            max_drop=args.max_drop, unmatched="error" if args.strict_recipe else "warn")
+    except AccuracyDropError as exc:
+        raise exc.with_hint("try a gentler recipe (lower --prune, higher --cluster-bits), `edgesdk finetune` "
+                            "with the same recipe, or a larger --max-drop") from None
     if args.json:
         _emit_json(result.to_dict())
         return 0
@@ -319,22 +411,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # -- finetune --------------------------------------------------------------------------------
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from .datasets import digits_split, load_dataset
-    from .models import default_model_path
-    from .pack import compress_model, pack_model
+    from .pack import AccuracyDropError, compress_model, pack_model
+    from .progress import Progress
 
-    model = args.model or str(default_model_path())
-    train, test = digits_split() if args.train == "digits" else (load_dataset(args.train), None)
-    if args.test:
-        test = load_dataset(args.test)
-    builtin = _builtin_recipe(args.recipe)
-    if builtin is not None:
-        args.recipe = None
-    recipe = _recipe_from_args(args, builtin)
+    model, recipe, train, test = _finetune_inputs(args)
     finetuned = _finetune(model, recipe, train, test, args)
-    graph, _ = compress_model(finetuned, recipe)
-    result = pack_model(model, args.output, recipe, data=test, graph=graph,
-                        input_shapes=_parse_input_shapes(args.input_shape))
+    graph, _ = compress_model(finetuned, recipe, unmatched="ignore")  # reported before training
+    try:
+        result = pack_model(model, args.output, recipe, data=test, graph=graph,
+                            input_shapes=_parse_input_shapes(args.input_shape), max_drop=args.max_drop,
+                            progress=Progress("packing", leave=False))
+    except AccuracyDropError as exc:
+        raise exc.with_hint("try more --epochs, a gentler recipe (lower --prune, higher --cluster-bits) "
+                            "or a larger --max-drop") from None
     report = result.to_dict()
     if args.json:
         _emit_json(report)
@@ -345,6 +434,35 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% (uncompressed "
               f"{100 * result.baseline_accuracy:.2f}%, {100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
     return 0
+
+
+def _finetune_inputs(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
+    """Everything fine-tuning needs, checked before training starts (it takes minutes): the model
+    path, the recipe, the datasets, --max-drop's dataset and the output folder."""
+    from .datasets import digits_split, load_dataset
+    from .models import default_model_path
+    model = args.model or str(default_model_path())
+    if args.max_drop is not None and args.train != "digits" and not args.test:
+        raise InputError("--max-drop needs a test dataset: pass --test DATA (with --train digits the digits "
+                         "test split is used)")
+    if args.beta is not None and not 0 < args.beta <= 1:
+        raise InputError(f"--beta must be in (0, 1], got {args.beta}")
+    _check_output_folder(args.output)
+    builtin = _builtin_recipe(args.recipe)
+    if builtin is not None:
+        args.recipe = None
+    recipe = _recipe_from_args(args, builtin)
+    train, test = digits_split() if args.train == "digits" else (load_dataset(args.train), None)
+    if args.test:
+        test = load_dataset(args.test)
+    return model, recipe, train, test
+
+
+def _check_output_folder(output: str) -> None:
+    """-o into a folder that does not exist fails now, not after the work."""
+    folder = Path(output).resolve().parent
+    if not folder.is_dir():
+        raise InputError(f"-o {output}: folder {str(folder)!r} does not exist")
 
 
 def _builtin_recipe(name: str | None):
@@ -363,15 +481,16 @@ def _finetune(model: str, recipe, train, test, args: argparse.Namespace):
     graph = load_model(model, _parse_input_shapes(args.input_shape))
     optimize(graph)
     options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "beta": args.beta,
-                                 "prune_ramp": args.prune_ramp}.items() if v is not None}
-    log = (lambda line: print(line, file=sys.stderr)) if args.json else print
-    return finetune_graph(graph, recipe, train, test=test, log=log, **options)
+                                 "batch_size": args.batch_size, "prune_ramp": args.prune_ramp}.items()
+               if v is not None}
+    return finetune_graph(graph, recipe, train, test=test, log=_notes(args), progress=_bars(),
+                          unmatched="error" if args.strict_recipe else "warn", **options)
 
 
 # -- quickstart ------------------------------------------------------------------------------
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from .quickstart import run_quickstart
-    report = run_quickstart(log=None if args.json else print)
+    report = run_quickstart(log=None if args.json else print, progress=_bars())
     if args.json:
         _emit_json(report)
     return 0
@@ -409,10 +528,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 # -- parser ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from .backends import backend_names
+    from .backends import backend_choices
     from .runtime.precision import PRECISIONS
 
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, parents=[_verbosity_options(top_level=False)])
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
@@ -422,11 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
                             help="fix a dynamic input shape, e.g. input=1x3x224x224 (repeatable)")
 
     backend_opts = argparse.ArgumentParser(add_help=False)
-    backend_opts.add_argument("--backend", default="reference", help=f"one of {', '.join(backend_names())}")
+    backend_opts.add_argument("--backend", default="auto",
+                              help=f"one of {', '.join(backend_choices())} (auto: the fastest that runs here)")
     backend_opts.add_argument("--precision", default="fp32", choices=PRECISIONS)
     backend_opts.add_argument("--threads", type=int, default=None, help="worker threads (default: backend's)")
 
-    parser = argparse.ArgumentParser(prog="edgesdk",
+    parser = argparse.ArgumentParser(prog="edgesdk", parents=[_verbosity_options(top_level=True)],
                                      description="Compress, pack and run neural networks on edge hardware.")
     parser.add_argument("--version", action="version", version=f"edgesdk {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -460,6 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
     compression.add_argument("--nnm-rate", type=float, help="output-channel clustering: fraction of filters removed")
     compression.add_argument("--nnm-mode", choices=["shared", "per_input_channel"])
     compression.add_argument("--fp16", action="store_true", help="store weights, codebooks and centroids as half")
+    compression.add_argument("--strict-recipe", action="store_true",
+                             help="a recipe pattern that matches no layer is an error (default: a warning)")
+    compression.add_argument("--max-drop", type=_percentage_points, metavar="PP",
+                             help="refuse to write the package if accuracy fell by more than PP percentage points "
+                                  "against the uncompressed model (needs an evaluation dataset)")
 
     p = sub.add_parser("pack", parents=[common, model_opts, compression], help="compress an ONNX model into an .edgepkg")
     p.add_argument("--eval", metavar="DATA", help="measure accuracy before and after ('digits' or an .npz)")
@@ -476,7 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", action="append", metavar="NAME=DxD...")
     p.add_argument("--train", default="digits", help="'digits' (its training split) or an .npz with x and y")
     p.add_argument("--test", help="held-out .npz with x and y (default: the digits test split with --train digits)")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: the fine-tuner's)")
+    p.add_argument("--epochs", type=_positive_int, default=None, help="training epochs (default: the fine-tuner's)")
+    p.add_argument("--batch-size", type=_positive_int, default=None, metavar="N",
+                   help="training batch size (default: the fine-tuner's, 64)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the fine-tuner's)")
     p.add_argument("--beta", type=float, default=None, help="CPT pull toward the centroids per step (0, 1]")
     p.add_argument("--prune-ramp", type=float, default=None, metavar="F",
@@ -497,9 +624,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _verbosity_options(top_level: bool) -> argparse.ArgumentParser:
+    """-q/-v, accepted before the command (``top_level``: it sets the defaults) and after it
+    (argparse.SUPPRESS there: a subcommand not given them keeps what came before the command)."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("-q", "--quiet", action="store_true", default=False if top_level else argparse.SUPPRESS,
+                         help="errors and results only: no progress bars, notes or warnings")
+    options.add_argument("-v", "--verbose", action="count", default=0 if top_level else argparse.SUPPRESS,
+                         help="also say what was chosen (backend, device); -vv: debug logs")
+    return options
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.quiet and args.verbose:
+        parser.error("choose -q (quiet) or -v (verbose), not both")
+    restore = _configure_output(args)
+    try:
+        return _run(args)
+    finally:
+        restore()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, with errors as one line and an exit status."""
     try:
         return args.func(args)
     except EdgeSDKError as exc:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from .compress.apply import LayerReport, compress
+from .compress.apply import LayerReport, Unmatched, compress
 from .compress.recipe import Recipe
 from .datasets import Dataset
-from .errors import PackageError
+from .errors import EdgeSDKError, InputError, PackageError
 from .graph import Graph
 from .loader import load_model
 from .passes import optimize
@@ -28,6 +28,24 @@ Progress = Callable[[int, int, str], None]
 # What compress_model and pack_model take as a model: a path to an .onnx or .edgepkg file (recognised
 # by content), an in-memory ONNX model, or a Graph (never modified: a copy is compressed).
 ModelSource = Union[str, os.PathLike, "onnx.ModelProto", Graph]
+
+
+class AccuracyDropError(EdgeSDKError):
+    """The compressed model lost more accuracy than ``max_drop`` allows; nothing was written.
+    ``drop_pp`` and ``max_drop_pp`` are in percentage points; ``hint`` says what to try."""
+
+    def __init__(self, *, dataset: str, baseline: float, accuracy: float, max_drop_pp: float, output: str,
+                 hint: str = "try a gentler recipe (less pruning, more cluster bits) or fine-tuning") -> None:
+        self.dataset, self.baseline, self.accuracy = dataset, baseline, accuracy
+        self.drop_pp, self.max_drop_pp, self.output, self.hint = 100 * (baseline - accuracy), max_drop_pp, output, hint
+        super().__init__(f"accuracy on {dataset} fell by {self.drop_pp:.2f} pp ({100 * baseline:.2f}% -> "
+                         f"{100 * accuracy:.2f}%), more than the {max_drop_pp:g} pp allowed: {output} not written; "
+                         f"{hint}")
+
+    def with_hint(self, hint: str) -> "AccuracyDropError":
+        """The same refusal with another suggestion (the CLI names its own flags)."""
+        return AccuracyDropError(dataset=self.dataset, baseline=self.baseline, accuracy=self.accuracy,
+                                 max_drop_pp=self.max_drop_pp, output=self.output, hint=hint)
 
 
 @dataclass(frozen=True)
@@ -56,48 +74,54 @@ class PackResult:
 
 
 def compress_model(source: ModelSource, recipe: Recipe | None = None, *, input_shapes=None,
-                   progress: Progress | None = None) -> tuple[Graph, list[LayerReport]]:
+                   progress: Progress | None = None, unmatched: Unmatched = "warn"
+                   ) -> tuple[Graph, list[LayerReport]]:
     """Load ``source``, run the graph passes (BatchNorm folds before clustering), then compress the
     Conv and Gemm weights as ``recipe`` says (default: ``Recipe()``, which stores them dense).
 
     ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph` (left
     unmodified); ``input_shapes`` fixes dynamic input dimensions of ONNX models
-    (``{"input": (1, 3, 224, 224)}``); ``progress(done, total, layer_name)`` is called per layer.
+    (``{"input": (1, 3, 224, 224)}``); ``progress(done, total, layer_name)`` is called per layer;
+    ``unmatched`` says what a recipe pattern matching no layer gives ("warn", "error", "ignore").
     Returns the compressed graph (ready for ``Session`` or ``save_package``) and one
     :class:`LayerReport` per compressible layer."""
     graph = load_model(source, input_shapes)
     optimize(graph)
-    return graph, compress(graph, recipe if recipe is not None else Recipe(), progress=progress)
+    return graph, compress(graph, recipe if recipe is not None else Recipe(), progress=progress,
+                           unmatched=unmatched)
 
 
 def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | None = None, *,
                data: Dataset | None = None, input_shapes=None, graph: Graph | None = None,
-               progress: Progress | None = None) -> PackResult:
+               progress: Progress | None = None, max_drop: float | None = None,
+               unmatched: Unmatched = "warn") -> PackResult:
     """Compress ``source`` with ``recipe`` and write the .edgepkg package ``output``.
 
     ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph`. With
     ``data`` (a :class:`edgesdk.datasets.Dataset`), top-1 accuracy is measured before and after
-    compression and stored in the package. ``graph`` passes a graph already compressed from
-    ``source`` (e.g. by fine-tuning) instead of compressing here; ``progress(done, total, stage)``
-    reports compression and writing. The package is written atomically (temp file + rename)."""
-    from .evaluation import evaluate
+    compression and stored in the package; with ``max_drop`` (percentage points, needs ``data``)
+    a compressed model whose accuracy fell by more raises :class:`AccuracyDropError` and nothing is
+    written. ``graph`` passes a graph already compressed from ``source`` (e.g. by fine-tuning)
+    instead of compressing here; ``progress(done, total, stage)`` reports compression,
+    evaluation and writing; ``unmatched`` as for :func:`compress_model`. The package is written
+    atomically (temp file + rename)."""
     from .package import save_package
 
-    if isinstance(source, (str, os.PathLike)) and Path(output).exists() and Path(source).exists() and \
-            Path(output).resolve() == Path(source).resolve():
-        raise PackageError(f"output {str(output)!r} is the source model; choose another file with -o")
+    _check_pack_arguments(source, output, data, max_drop)
     recipe = recipe if recipe is not None else Recipe()
     if graph is None:
-        graph, reports = compress_model(source, recipe, input_shapes=input_shapes, progress=progress)
+        graph, reports = compress_model(source, recipe, input_shapes=input_shapes, progress=progress,
+                                        unmatched=unmatched)
     else:
         reports = [LayerReport(**{k: v for k, v in r.items() if k != "ratio"})
                    for r in graph.metadata.get("compression", {}).get("layers", [])]
     label, source_bytes, source_sha256 = _describe_source(source)
     accuracy = baseline = None
     if data is not None:
-        from .runtime.session import Session
-        baseline = evaluate(Session(source, input_shapes=input_shapes), data).accuracy
-        accuracy = evaluate(Session(graph), data).accuracy
+        baseline, accuracy = _accuracies(source, graph, data, input_shapes, progress)
+        if max_drop is not None and 100 * (baseline - accuracy) > max_drop + 1e-9:
+            raise AccuracyDropError(dataset=data.name, baseline=baseline, accuracy=accuracy, max_drop_pp=max_drop,
+                                    output=str(output))
     metadata = {"source_sha256": source_sha256, "recipe": recipe.to_json(),
                 "layers": [r.summary() for r in reports]}
     # The recipe and per-layer stats travel once, as package metadata; the graph keeps the rest.
@@ -108,6 +132,33 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
                  progress=(lambda done, total: progress(done, total, "writing")) if progress else None)
     return PackResult(label, str(output), source_bytes, Path(output).stat().st_size,
                       reports, accuracy, baseline, data.name if data is not None else None)
+
+
+def _check_pack_arguments(source: ModelSource, output: str | os.PathLike, data: Dataset | None,
+                          max_drop: float | None) -> None:
+    """Mistakes found before any work: the output is the source, max_drop without data or < 0."""
+    if isinstance(source, (str, os.PathLike)) and Path(output).exists() and Path(source).exists() and \
+            Path(output).resolve() == Path(source).resolve():
+        raise PackageError(f"output {str(output)!r} is the source model; choose another file with -o")
+    if max_drop is None:
+        return
+    if data is None:
+        raise InputError("max_drop needs an evaluation dataset (data=...) to measure the accuracy drop against")
+    if isinstance(max_drop, bool) or not isinstance(max_drop, (int, float)) or not 0 <= max_drop <= 100:
+        raise InputError(f"max_drop must be a number of percentage points in [0, 100], got {max_drop!r}")
+
+
+def _accuracies(source: ModelSource, graph: Graph, data: Dataset, input_shapes,
+                progress: Progress | None) -> tuple[float, float]:
+    """(uncompressed, compressed) top-1 accuracy of ``source`` and ``graph`` on ``data``."""
+    from .evaluation import evaluate
+    from .runtime.session import Session
+
+    def stage(name: str):
+        return (lambda done, total: progress(done, total, name)) if progress else None
+    baseline = evaluate(Session(source, input_shapes=input_shapes), data, progress=stage("evaluating uncompressed"))
+    accuracy = evaluate(Session(graph), data, progress=stage("evaluating compressed")).accuracy
+    return baseline.accuracy, accuracy
 
 
 def _describe_source(source: ModelSource) -> tuple[str, int, str | None]:

@@ -16,13 +16,16 @@ from .evaluation import evaluate
 from .models import default_model_info, default_model_path, default_recipe_path
 from .native import cpu_features
 from .profile.latency import measure_latency
+from .progress import ProgressFactory
 from .runtime.cost import layer_costs
 from .runtime.session import Session
 
 Log = Callable[[str], None] | None
 
 
-def run_quickstart(log: Log = print) -> dict:
+def run_quickstart(log: Log = print, progress: ProgressFactory | None = None) -> dict:
+    """Run the tour; ``log`` gets its text lines, ``progress(label)`` a callback per evaluation
+    (e.g. :func:`edgesdk.progress.transient` for bars). Returns the report ``--json`` prints."""
     say = log or (lambda _msg: None)
     path, info = default_model_path(), default_model_info()
     test = digits_split()[1]
@@ -46,7 +49,7 @@ def run_quickstart(log: Log = print) -> dict:
         for precision in get_backend(backend).precisions:
             sess = Session(path, backend=backend, precision=precision)
             rows.append(_measure(backend, precision, lambda x, s=sess: s.run({s.input_names[0]: x})
-                                 [s.output_names[0]], sess, test))
+                                 [s.output_names[0]], sess, test, progress))
     baseline = _onnxruntime_row(path, test)
     if baseline:
         rows.append(baseline)
@@ -59,7 +62,7 @@ def run_quickstart(log: Log = print) -> dict:
     say("")
     say(f"  accuracy recorded at training time ({info['test_accuracy_measured_by']}): "
         f"{100 * info['test_accuracy']:.2f}%")
-    packed = _compression_step(path, test)
+    packed = _compression_step(path, test, progress)
     say("")
     say(f"  compression with {default_recipe_path().name} (no fine-tuning; `edgesdk finetune` goes further):")
     say(f"    {path.name} {packed['source_bytes']:,} B -> .edgepkg {packed['package_bytes']:,} B "
@@ -73,8 +76,10 @@ def run_quickstart(log: Log = print) -> dict:
             "macs": sum(x.macs for x in layers), "results": rows}
 
 
-def _measure(backend: str, precision: str, infer: Callable[[np.ndarray], np.ndarray], sess, test) -> dict:
-    result = evaluate(sess, test)
+def _measure(backend: str, precision: str, infer: Callable[[np.ndarray], np.ndarray], sess, test,
+             progress: ProgressFactory | None) -> dict:
+    bar = progress(f"evaluating {backend} {precision}") if progress is not None else None
+    result = evaluate(sess, test, progress=(lambda done, total: bar(done, total, "")) if bar else None)
     sample = np.ascontiguousarray(test.x[:1])
     latency = measure_latency(lambda: infer(sample), min_time_s=0.3)
     return {"backend": backend, "precision": precision, "accuracy": result.accuracy,
@@ -97,7 +102,7 @@ def _onnxruntime_row(path, test) -> dict | None:
             "accuracy": float((scores.argmax(1) == test.y).mean()), "latency": latency.to_dict()}
 
 
-def _compression_step(path, test) -> dict:
+def _compression_step(path, test, progress: ProgressFactory | None) -> dict:
     """Pack the default model with its tuned recipe into a temp dir, reopen it, measure it."""
     import tempfile
     from pathlib import Path
@@ -106,7 +111,8 @@ def _compression_step(path, test) -> dict:
     from .pack import pack_model
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "digits_lenet.edgepkg"
-        result = pack_model(path, out, Recipe.load(default_recipe_path()), data=test)
+        result = pack_model(path, out, Recipe.load(default_recipe_path()), data=test,
+                            progress=progress("packing") if progress is not None else None)
         t0 = time.perf_counter()
         sess = Session(out)
         open_ms = 1e3 * (time.perf_counter() - t0)

@@ -136,7 +136,7 @@ def test_pack_flags_override_and_bad_recipes(conv_model, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"default": {"bitz": 3}}')
     proc = cli("pack", str(conv_model), "-o", str(out), "--recipe", str(bad), check=False)
-    assert proc.returncode == 2 and "unknown settings ['bitz']" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert proc.returncode == 2 and "unknown setting 'bitz'" in proc.stderr and len(proc.stderr.splitlines()) == 1
     proc = cli("pack", str(conv_model), "-o", str(out), "--cluster-bits", "9", check=False)
     assert proc.returncode == 2 and "cluster_bits must be 1..8" in proc.stderr
 

@@ -128,7 +128,7 @@ def test_recipe_matching_and_errors(tmp_path):
     assert r.settings_for("net/fc2", "w").prune == 0.5 and r.settings_for("net/fc2", "w").cluster_bits == 4
     assert r.settings_for("conv1", "w").skip and r.settings_for("conv2", "w").prune == 0
     assert Recipe.from_dict(json.loads(r.to_json())) == r
-    for bad, words in [({"default": {"bits": 4}}, "unknown settings"), ({"default": {"prune": 1.5}}, "prune"),
+    for bad, words in [({"default": {"bits": 4}}, "unknown setting 'bits'"), ({"default": {"prune": 1.5}}, "prune"),
                        ({"layers": [{"prune": 0.1}]}, "match"), ({"global_prune": 2}, "global_prune"),
                        ({"default": {"nnm_rate": 0.5, "cluster_bits": 4}}, "cannot be combined"), ([], "mapping")]:
         with pytest.raises(RecipeError, match=words):

@@ -16,14 +16,14 @@ from .apply import LayerReport
 from .recipe import LayerSettings, Recipe, RecipeError
 
 if TYPE_CHECKING:
-    from ..pack import ModelSource, PackResult, compress_model, pack_model
+    from ..pack import AccuracyDropError, ModelSource, PackResult, compress_model, pack_model
 
 # edgesdk.pack imports this package's modules, so its names are resolved on first use instead of
 # here (an import at this point would be circular when edgesdk.pack is imported first).
-_FROM_PACK = ("compress_model", "pack_model", "PackResult", "ModelSource")
+_FROM_PACK = ("compress_model", "pack_model", "PackResult", "ModelSource", "AccuracyDropError")
 
 __all__ = ["compress_model", "pack_model", "Recipe", "LayerSettings", "RecipeError", "LayerReport",
-           "PackResult", "ModelSource"]
+           "PackResult", "ModelSource", "AccuracyDropError"]
 
 
 def __getattr__(name: str) -> Any:

@@ -6,8 +6,9 @@ error: encoded tensors decode to exactly the values the compressed model uses.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 
@@ -15,9 +16,13 @@ from ..graph import Graph, Node
 from .encode import (encode_clustered, encode_fp16, encode_nnm, encode_sparse, magnitude_threshold,
                      prune_mask)
 from .encodings import Encoding
-from .recipe import LayerSettings, Recipe
+from .recipe import LayerSettings, Recipe, RecipeError
 
 Progress = Callable[[int, int, str], None]
+# What to do with a recipe pattern that matches no layer: a warning (default), a RecipeError, nothing.
+Unmatched = Literal["warn", "error", "ignore"]
+UNMATCHED = ("warn", "error", "ignore")
+_log = logging.getLogger("edgesdk.compress")
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,36 @@ def _weights_out_in(graph: Graph, node: Node, name: str) -> str:
     return transposed
 
 
-def compress(graph: Graph, recipe: Recipe, *, seed: int = 0, progress: Progress | None = None) -> list[LayerReport]:
-    """Encode the weights of ``graph`` in place following ``recipe``; returns one report per layer."""
+def check_patterns(recipe: Recipe, layers: list[tuple[Node, str]], model: str,
+                   unmatched: Unmatched = "warn") -> list[str]:
+    """The recipe patterns that match none of ``layers`` ((node, weight name) as
+    :meth:`Recipe.settings_for` sees them) of the graph called ``model``: each logged as a warning
+    (``unmatched="warn"``), or one RecipeError naming them all (``"error"``), or nothing
+    (``"ignore"``). Returns them."""
+    if unmatched not in UNMATCHED:
+        raise ValueError(f"unmatched must be one of {', '.join(UNMATCHED)}, got {unmatched!r}")
+    missing = recipe.unmatched_patterns([(node.name, name) for node, name in layers])
+    if not missing or unmatched == "ignore":
+        return missing
+    known = ", ".join(node.name for node, _ in layers[:6]) + (", ..." if len(layers) > 6 else "")
+    where = f"its Conv/Gemm layers: {known}" if layers else "it has no Conv/Gemm layer with constant weights"
+    if unmatched == "error":
+        plural = len(missing) > 1
+        raise RecipeError(f"recipe pattern{'s' if plural else ''} {', '.join(map(repr, missing))} "
+                          f"match{'' if plural else 'es'} no layer of {model!r} ({where}; patterns are "
+                          "shell-style, e.g. '*fc*')")
+    for pattern in missing:
+        _log.warning("recipe pattern %r matches no layer of %r (%s)", pattern, model, where)
+    return missing
+
+
+def compress(graph: Graph, recipe: Recipe, *, seed: int = 0, progress: Progress | None = None,
+             unmatched: Unmatched = "warn") -> list[LayerReport]:
+    """Encode the weights of ``graph`` in place following ``recipe``; returns one report per layer.
+    A recipe pattern that matches no layer is reported as :func:`check_patterns` says
+    (``unmatched``: "warn", "error" or "ignore"), before anything is encoded."""
     layers = [(node, _weights_out_in(graph, node, name)) for node, name in compressible_layers(graph)]
+    check_patterns(recipe, layers, graph.name, unmatched)
     plan = [(node, name, _effective(recipe, node, name, graph)) for node, name in layers]
     threshold = _global_threshold(graph, plan, recipe.global_prune)
     reports = []

@@ -24,7 +24,8 @@ encodes *exactly* (``error_rms == 0`` for every layer):
 
 The loss is cross-entropy mixed with knowledge distillation from the starting graph (``distill``,
 0.5 by default: on the digits model it is what makes the accuracy targets hold for every seed).
-Everything here needs torch (``pip install 'edgesdk[train]'``); import this module only to fine-tune.
+Everything here needs torch (``pip install torch``, or ``pip install -e '.[train]'`` in the edgesdk
+source checkout); import this module only to fine-tune.
 """
 from __future__ import annotations
 
@@ -35,18 +36,21 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import EdgeSDKError
+from ..errors import DatasetError, EdgeSDKError, InputError, UnsupportedModelError
 
 try:
     import torch
     import torch.nn.functional as F
     from torch import nn
 except ImportError:  # pragma: no cover - exercised only without the train extra
-    raise EdgeSDKError("fine-tuning needs PyTorch; install it with pip install 'edgesdk[train]'") from None
+    raise EdgeSDKError("fine-tuning needs PyTorch: pip install torch (or, in the edgesdk source checkout, "
+                       "pip install -e '.[train]')") from None
 
 from ..datasets import Dataset
 from ..graph import Graph, Node
-from .apply import _effective, _global_threshold, _weights_out_in, compress, compressible_layers
+from ..progress import ProgressFactory
+from .apply import (Unmatched, _effective, _global_threshold, _weights_out_in, check_patterns, compress,
+                    compressible_layers)
 from .encode import _codebooks, magnitude_threshold, matrix_view, prune_mask
 from .kmeans import kmeans_vectors
 from .recipe import LayerSettings, Recipe
@@ -365,10 +369,12 @@ class FinetuneSetup:
     mask and :meth:`graph` returns the fine-tuned Graph.
     """
 
-    def __init__(self, graph: Graph, recipe: Recipe, *, seed: int = 0, cluster_now: bool = True) -> None:
+    def __init__(self, graph: Graph, recipe: Recipe, *, seed: int = 0, cluster_now: bool = True,
+                 unmatched: Unmatched = "warn") -> None:
         graph = graph.copy()
         # As compress does: Gemm weights stored (out, in) so rows are output channels.
         layers = [(node, _weights_out_in(graph, node, name)) for node, name in compressible_layers(graph)]
+        check_patterns(recipe, layers, graph.name, unmatched)  # the names compress will see, before training
         graph.remove_unused_tensors()
         self.recipe, self.seed, self._graph = recipe, seed, graph
         plan = [(node, name, _effective(recipe, node, name, graph)) for node, name in layers]
@@ -566,10 +572,11 @@ def module_accuracy(module: nn.Module, data: Dataset, batch_size: int = 512) -> 
 def train(module: nn.Module, optimizer, batches: Batches, loss_fn, *, epochs: int,
           test: Dataset | None = None, log: Log | None = print, lr_schedule: str = "cosine",
           epoch_offset: int = 0, total_epochs: int | None = None, tag: str = "",
-          on_epoch: Callable[[int], None] | None = None) -> list[dict]:
+          on_epoch: Callable[[int], None] | None = None, progress: ProgressFactory | None = None) -> list[dict]:
     """Plain supervised loop (cosine learning-rate decay over ``epochs``); one line per epoch to
-    ``log``; ``on_epoch(epoch)`` runs before each epoch (1-based, offset included). Returns the
-    per-epoch history."""
+    ``log``; ``on_epoch(epoch)`` runs before each epoch (1-based, offset included);
+    ``progress(label)`` gives each epoch a callback ``(batch, batches, "loss ...")``, e.g. a bar
+    (:func:`edgesdk.progress.transient`). Returns the per-epoch history."""
     inner = optimizer.optimizer if isinstance(optimizer, CPTOptimizer) else optimizer
     base_lrs = [g["lr"] for g in inner.param_groups]
     total_epochs = total_epochs or epochs
@@ -584,7 +591,8 @@ def train(module: nn.Module, optimizer, batches: Batches, loss_fn, *, epochs: in
         loss_sum = 0.0
         batch_list = list(batches(epoch_offset + epoch))
         steps_total = steps_total or epochs * len(batch_list)
-        for xb, yb in batch_list:
+        bar = progress(f"epoch {epoch_offset + epoch}/{total_epochs}") if progress is not None else None
+        for i, (xb, yb) in enumerate(batch_list, 1):
             if lr_schedule == "cosine":
                 for g, base in zip(inner.param_groups, base_lrs):
                     g["lr"] = base * 0.5 * (1 + math.cos(math.pi * step / max(1, steps_total)))
@@ -597,6 +605,8 @@ def train(module: nn.Module, optimizer, batches: Batches, loss_fn, *, epochs: in
             loss_sum += loss.item() * len(yb)
             correct += int((out.detach().reshape(len(yb), -1).argmax(1) == yb).sum())
             total += len(yb)
+            if bar is not None:
+                bar(i, len(batch_list), f"loss {loss_sum / total:.4f}")
         row = {"epoch": epoch_offset + epoch, "loss": loss_sum / max(1, total), "train_acc": correct / max(1, total),
                "seconds": time.perf_counter() - t0, "phase": tag}
         if test is not None:
@@ -654,9 +664,24 @@ class FinetuneConfig:
     # once pruned stays pruned); 0: the one-shot mask of the starting weights
     prune_ramp: float = DEFAULT_PRUNE_RAMP
 
+    def __post_init__(self) -> None:
+        # Checked here, not after an epoch has run: torch would fail late or silently do nothing.
+        problems = [f"{name} must be a positive integer, got {getattr(self, name)!r}"
+                    for name in ("epochs", "batch_size") if not _positive_int(getattr(self, name))]
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            problems.append(f"lr must be a positive number, got {self.lr!r}")
+        if not 0.0 <= self.prune_ramp <= 1.0:
+            problems.append(f"prune_ramp must be in [0, 1], got {self.prune_ramp!r}")
+        if problems:
+            raise InputError("fine-tuning: " + "; ".join(problems))
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
 
 def _fit(setup: FinetuneSetup, batches: Batches, steps_per_epoch: int, cfg: FinetuneConfig,
-         test: Dataset | None, log: Log | None) -> list[dict]:
+         test: Dataset | None, log: Log | None, progress: ProgressFactory | None = None) -> list[dict]:
     teacher = None
     if cfg.distill > 0:
         teacher = GraphModule(setup._graph).eval()  # the starting weights, frozen
@@ -679,7 +704,7 @@ def _fit(setup: FinetuneSetup, batches: Batches, steps_per_epoch: int, cfg: Fine
     if first > 0:  # retrain the pruned network with free weights, then cluster (Han et al.)
         opt = setup.optimizer(cfg.lr, **opt_kw)
         history += train(setup.module, opt, batches, loss_fn, epochs=first, test=test, log=log,
-                         total_epochs=cfg.epochs, tag="retrain", on_epoch=on_epoch)
+                         total_epochs=cfg.epochs, tag="retrain", on_epoch=on_epoch, progress=progress)
     setup.start_codebooks()
     rest = cfg.epochs - first
     if rest > 0:
@@ -689,7 +714,7 @@ def _fit(setup: FinetuneSetup, batches: Batches, steps_per_epoch: int, cfg: Fine
         opt = setup.optimizer(lr, **opt_kw)
         history += train(setup.module, opt, batches, loss_fn, epochs=rest, test=test, log=log, epoch_offset=first,
                          total_epochs=cfg.epochs, tag="codebooks" if setup.has_codebooks else "",
-                         on_epoch=None if setup.has_codebooks else on_epoch)
+                         on_epoch=None if setup.has_codebooks else on_epoch, progress=progress)
     setup.finalize()
     if log is not None and test is not None:
         log(f"finalized (weights exactly on codebooks / centroids / masks): test acc "
@@ -701,7 +726,7 @@ def finetune_graph(graph: Graph, recipe: Recipe, train: Dataset, *, test: Datase
                    epochs: int = DEFAULT_EPOCHS, lr: float = DEFAULT_LR, batch_size: int = DEFAULT_BATCH,
                    beta: float = DEFAULT_BETA, recluster_every: int = DEFAULT_RECLUSTER_EVERY,
                    seed: int = 0, log: Log | None = print, augment: Callable | None = None,
-                   **options: Any) -> Graph:
+                   progress: ProgressFactory | None = None, unmatched: Unmatched = "warn", **options: Any) -> Graph:
     """Fine-tune an (optimised) graph for ``recipe``; returns a new Graph whose weights sit exactly
     on what ``compress(graph, recipe)`` stores (codebooks, NNM centroids, zeros, fp16), so
     compressing it adds no error.
@@ -715,26 +740,55 @@ def finetune_graph(graph: Graph, recipe: Recipe, train: Dataset, *, test: Datase
     weight_decay, label_smoothing, distill, temperature, beta_warmup, kmeans_iters, n_init,
     cluster_after, codebook_lr).
     ``augment(x, generator)`` transforms each training batch. Deterministic for a given ``seed``;
-    ``log`` gets one line per epoch (None: silent).
+    ``log`` gets one line per epoch (None: silent); ``progress(label)`` a callback per epoch for
+    its batches (:func:`edgesdk.progress.transient` draws bars). ``unmatched``: what a recipe
+    pattern matching no layer gives ("warn", "error", "ignore"). The model (one input, class
+    scores out), the datasets, the settings and the recipe are all checked before training starts.
     """
     cfg = FinetuneConfig(epochs=epochs, lr=lr, batch_size=batch_size, beta=beta, recluster_every=recluster_every,
                          **options)
+    check_trainable(graph, train, test)
     torch.manual_seed(seed)
-    setup = FinetuneSetup(graph, recipe, seed=seed, cluster_now=False)
+    setup = FinetuneSetup(graph, recipe, seed=seed, cluster_now=False, unmatched=unmatched)
     if log is not None:
         log("fine-tuning: " + setup.summary())
     if not setup.trainable_parameters() and not setup.has_codebooks:
         raise EdgeSDKError("the graph has no trainable Conv/Gemm weights to fine-tune")
     gen = torch.Generator().manual_seed(seed)
     _fit(setup, _dataset_batches(train, cfg.batch_size, gen, augment),
-         math.ceil(len(train) / cfg.batch_size), cfg, test, log)
+         math.ceil(len(train) / cfg.batch_size), cfg, test, log, progress)
     return setup.graph()
+
+
+def check_trainable(graph: Graph, train: Dataset, test: Dataset | None = None) -> None:
+    """One-line errors, before any training, for what :func:`finetune_graph` cannot train: a model
+    without exactly one input (a Dataset feeds one array), samples of another shape than that
+    input, labels outside the first output's classes."""
+    if len(graph.inputs) != 1:
+        raise UnsupportedModelError(
+            f"fine-tuning feeds a dataset's x to one model input, but {graph.name!r} has {len(graph.inputs)} "
+            f"({', '.join(graph.inputs) or 'none'}); pack it without fine-tuning (edgesdk pack), or fine-tune "
+            "a one-input torch.nn.Module with edgesdk.compress.finetune.finetune_module")
+    shape = graph.tensors[graph.inputs[0]].shape
+    classes = int(np.prod(graph.tensors[graph.outputs[0]].shape[1:]))
+    for data in (train, test):
+        if data is None:
+            continue
+        if tuple(data.x.shape[1:]) != tuple(shape[1:]):
+            raise DatasetError(f"dataset {data.name!r} samples have shape {tuple(data.x.shape[1:])} but the model's "
+                               f"input {graph.inputs[0]!r} takes {tuple(shape[1:])} (batch {shape[0]})")
+        if len(data) and (int(data.y.min()) < 0 or int(data.y.max()) >= classes):
+            raise DatasetError(f"dataset {data.name!r} has labels {int(data.y.min())}..{int(data.y.max())} but the "
+                               f"model's output {graph.outputs[0]!r} scores {classes} classes (0..{classes - 1})")
+    if len(train) == 0:
+        raise DatasetError(f"training dataset {train.name!r} is empty")
 
 
 def finetune_module(module: nn.Module, loader: Iterable, recipe: Recipe, *, epochs: int = DEFAULT_EPOCHS,
                     lr: float = DEFAULT_LR, test: Dataset | None = None, beta: float = DEFAULT_BETA,
                     recluster_every: int = DEFAULT_RECLUSTER_EVERY, sample_input: torch.Tensor | None = None,
-                    seed: int = 0, log: Log | None = print, **options: Any) -> Graph:
+                    seed: int = 0, log: Log | None = print, progress: ProgressFactory | None = None,
+                    **options: Any) -> Graph:
     """Fine-tune a user's ``nn.Module`` for ``recipe`` and return the compressible Graph.
 
     The module is exported first (eval mode, :func:`module_to_graph`, so BatchNorm is folded the
@@ -759,7 +813,7 @@ def finetune_module(module: nn.Module, loader: Iterable, recipe: Recipe, *, epoc
         for xb, yb in loader:
             yield torch.as_tensor(xb, dtype=torch.float32), torch.as_tensor(yb, dtype=torch.int64)
     steps = len(loader) if hasattr(loader, "__len__") else sum(1 for _ in loader)
-    _fit(setup, batches, steps, cfg, test, log)
+    _fit(setup, batches, steps, cfg, test, log, progress)
     return setup.graph()
 
 

@@ -17,24 +17,77 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..errors import EdgeSDKError
 
 NNM_MODES = ("shared", "per_input_channel")
 INITS = ("linear", "kmeans++")
+RECIPE_KEYS = ("default", "layers", "global_prune", "min_params")
 
 
 class RecipeError(EdgeSDKError):
-    """A recipe file or option is malformed."""
+    """A recipe file or option is malformed: one line naming the key, the value and what is allowed."""
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int subclass, but `prune: true` is a mistake, not 1.0
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _type_problems(s: dict[str, Any]) -> list[str]:
+    """Wrong types, checked before the ranges (a str compared with an int is a TypeError otherwise)."""
+    problems = []
+    if not _is_number(s["prune"]):
+        problems.append(f"prune must be a number in [0, 1), got {s['prune']!r}")
+    bits = s["cluster_bits"]
+    if bits is not None and not _is_integer(bits):
+        problems.append(f"cluster_bits must be an integer 1..8 (or null), got {bits!r}")
+    if s["nnm_rate"] is not None and not _is_number(s["nnm_rate"]):
+        problems.append(f"nnm_rate must be a number in (0, 1) (or null), got {s['nnm_rate']!r}")
+    for flag in ("per_channel", "fp16", "skip"):
+        if not isinstance(s[flag], bool):
+            problems.append(f"{flag} must be true or false, got {s[flag]!r}")
+    return problems
+
+
+def _range_problems(s: dict[str, Any]) -> list[str]:
+    """Values out of range and settings that cannot go together (types already checked)."""
+    problems = []
+    if not 0.0 <= s["prune"] < 1.0:
+        problems.append(f"prune must be in [0, 1), got {s['prune']}")
+    if s["cluster_bits"] is not None and not 1 <= s["cluster_bits"] <= 8:
+        problems.append(f"cluster_bits must be 1..8, got {s['cluster_bits']}")
+    if s["nnm_rate"] is not None and not 0.0 < s["nnm_rate"] < 1.0:
+        problems.append(f"nnm_rate must be in (0, 1), got {s['nnm_rate']}")
+    if s["nnm_mode"] not in NNM_MODES:
+        problems.append(f"nnm_mode must be one of {', '.join(NNM_MODES)}, got {s['nnm_mode']!r}")
+    if s["init"] not in INITS:
+        problems.append(f"init must be one of {', '.join(INITS)}, got {s['init']!r}")
+    if s["nnm_rate"] is not None and (s["cluster_bits"] is not None or s["prune"]):
+        problems.append("nnm_rate cannot be combined with prune or cluster_bits on one layer")
+    if s["prune"] and s["cluster_bits"] == 1:
+        problems.append("a pruned layer needs cluster_bits >= 2 (entry 0 is reserved for zero)")
+    return problems
+
+
+def settings_problems(settings: dict[str, Any]) -> list[str]:
+    """Everything wrong with a complete mapping of :class:`LayerSettings` fields (empty: valid)."""
+    return _type_problems(settings) or _range_problems(settings)
 
 
 @dataclass(frozen=True)
 class LayerSettings:
-    """How one layer's weights are compressed (the fields below); invalid combinations raise
-    :class:`RecipeError`."""
+    """How one layer's weights are compressed (the fields below); wrong types, values out of range
+    and invalid combinations raise :class:`RecipeError`."""
     prune: float = 0.0  # fraction of weights set to zero (magnitude)
     cluster_bits: int | None = None  # k-means codebook of 2^bits entries
     per_channel: bool = False  # one codebook per output channel instead of per layer
@@ -45,21 +98,7 @@ class LayerSettings:
     skip: bool = False  # leave this layer dense fp32
 
     def __post_init__(self) -> None:
-        problems = []
-        if not 0.0 <= self.prune < 1.0:
-            problems.append(f"prune must be in [0, 1), got {self.prune}")
-        if self.cluster_bits is not None and not 1 <= self.cluster_bits <= 8:
-            problems.append(f"cluster_bits must be 1..8, got {self.cluster_bits}")
-        if self.nnm_rate is not None and not 0.0 < self.nnm_rate < 1.0:
-            problems.append(f"nnm_rate must be in (0, 1), got {self.nnm_rate}")
-        if self.nnm_mode not in NNM_MODES:
-            problems.append(f"nnm_mode must be one of {NNM_MODES}, got {self.nnm_mode!r}")
-        if self.init not in INITS:
-            problems.append(f"init must be one of {INITS}, got {self.init!r}")
-        if self.nnm_rate is not None and (self.cluster_bits is not None or self.prune):
-            problems.append("nnm_rate cannot be combined with prune or cluster_bits on one layer")
-        if self.prune and self.cluster_bits == 1:
-            problems.append("a pruned layer needs cluster_bits >= 2 (entry 0 is reserved for zero)")
+        problems = settings_problems(dataclasses.asdict(self))
         if problems:
             raise RecipeError("invalid layer settings: " + "; ".join(problems))
 
@@ -69,17 +108,29 @@ class LayerSettings:
         return not self.skip and bool(self.prune or self.cluster_bits or self.nnm_rate or self.fp16)
 
 
-_FIELDS = {f.name for f in dataclasses.fields(LayerSettings)}
+FIELDS = tuple(f.name for f in dataclasses.fields(LayerSettings))
 
 
 @dataclass(frozen=True)
 class Recipe:
     """Which settings apply to which layer: ``default`` for all, then ``layers`` entries
-    ``(shell pattern, {setting: value})`` matched on node or weight names, in order."""
+    ``(shell pattern, {setting: value})`` matched on node or weight names, in order. Checked when
+    made (also with :func:`dataclasses.replace`): :class:`RecipeError` names what is wrong."""
     default: LayerSettings = field(default_factory=LayerSettings)
     layers: tuple[tuple[str, dict[str, Any]], ...] = ()
     global_prune: float | None = None
     min_params: int = 0  # layers with fewer weights stay dense (their overhead outweighs the gain)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.default, LayerSettings):
+            raise RecipeError(f"a recipe's default must be LayerSettings, got {type(self.default).__name__}")
+        _check_global_prune(self.global_prune)
+        _check_min_params(self.min_params)
+        for i, (pattern, overrides) in enumerate(self.layers):
+            where = f"layers[{i}]"
+            _check_pattern(pattern, where)
+            _check_settings({**dataclasses.asdict(self.default), **_known(overrides, where)},
+                            f"{where} (match {pattern!r})")
 
     def settings_for(self, *names: str) -> LayerSettings:
         """The settings of a layer known by ``names`` (node and weight name): the defaults, then
@@ -89,6 +140,13 @@ class Recipe:
             if any(fnmatch.fnmatchcase(n, pattern) for n in names if n):
                 settings.update(overrides)
         return LayerSettings(**settings)
+
+    def unmatched_patterns(self, layers: Iterable[Iterable[str]]) -> list[str]:
+        """The ``layers`` patterns that match none of ``layers`` (each the names one layer is known
+        by, as for :meth:`settings_for`): usually a typo or a name from another export."""
+        names = [n for layer in layers for n in layer if n]
+        patterns = dict.fromkeys(p for p, _ in self.layers)
+        return [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
 
     def to_dict(self) -> dict[str, Any]:
         """The recipe as a mapping in the file format (only non-default settings)."""
@@ -107,27 +165,21 @@ class Recipe:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Recipe":
-        """A recipe from a mapping in the file format; :class:`RecipeError` when it is malformed."""
+        """A recipe from a mapping in the file format. Everything is checked before any work
+        starts: unknown keys (with a "did you mean"), wrong types, values out of range, missing or
+        empty patterns; :class:`RecipeError` says where (``layers[2].cluster_bits``) in one line."""
         if not isinstance(data, dict):
-            raise RecipeError("a recipe must be a mapping with 'default', 'layers', 'global_prune', 'min_params'")
-        unknown = set(data) - {"default", "layers", "global_prune", "min_params"}
-        if unknown:
-            raise RecipeError(f"unknown recipe keys {sorted(unknown)}; allowed: default, layers, global_prune, min_params")
-        default = LayerSettings(**_checked(data.get("default", {}), "default"))
-        layers = []
-        for i, entry in enumerate(data.get("layers", [])):
-            if not isinstance(entry, dict) or not isinstance(entry.get("match"), str):
-                raise RecipeError(f"layers[{i}] needs a 'match' pattern string")
-            overrides = _checked({k: v for k, v in entry.items() if k != "match"}, f"layers[{i}]")
-            LayerSettings(**{**dataclasses.asdict(default), **overrides})  # validate early
-            layers.append((entry["match"], overrides))
-        global_prune = data.get("global_prune")
-        if global_prune is not None and not (isinstance(global_prune, (int, float)) and 0 <= global_prune < 1):
-            raise RecipeError(f"global_prune must be in [0, 1), got {global_prune!r}")
-        min_params = data.get("min_params", 0)
-        if not isinstance(min_params, int) or min_params < 0:
-            raise RecipeError(f"min_params must be a non-negative integer, got {min_params!r}")
-        return cls(default, tuple(layers), global_prune, min_params)
+            raise RecipeError(f"a recipe must be a mapping with keys {', '.join(RECIPE_KEYS)}, "
+                              f"got {type(data).__name__}")
+        _reject_unknown(data, RECIPE_KEYS, "recipe", "key")
+        default_settings = _mapping(data.get("default"), "default")
+        default = LayerSettings(**_check_settings({**_DEFAULTS, **_known(default_settings, "default")}, "default"))
+        entries = data.get("layers") or []
+        if not isinstance(entries, list):
+            raise RecipeError(f"recipe 'layers' must be a list of {{match: PATTERN, setting: value}} entries, "
+                              f"got {type(entries).__name__}")
+        layers = tuple(_layer_entry(entry, f"layers[{i}]") for i, entry in enumerate(entries))
+        return cls(default, layers, data.get("global_prune"), data.get("min_params", 0))
 
     @classmethod
     def load(cls, path: str | Path) -> "Recipe":
@@ -145,18 +197,79 @@ class Recipe:
         except Exception as exc:
             raise RecipeError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'} "
                               f"({str(exc).splitlines()[0]})") from None
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except RecipeError as exc:
+            raise RecipeError(f"{path}: {exc}") from None
 
 
-def _checked(mapping: Any, where: str) -> dict[str, Any]:
-    if not isinstance(mapping, dict):
-        raise RecipeError(f"{where} must be a mapping of settings")
-    unknown = set(mapping) - _FIELDS
-    if unknown:
-        raise RecipeError(f"{where}: unknown settings {sorted(unknown)}; allowed: {', '.join(sorted(_FIELDS))}")
-    return dict(mapping)
+_DEFAULTS = dataclasses.asdict(LayerSettings())
+EXAMPLE_ENTRY = '{"match": "*fc*", "prune": 0.5}'
+
+
+def _reject_unknown(mapping: dict, allowed: Iterable[str], where: str, what: str) -> None:
+    """RecipeError for keys outside ``allowed``, each with its closest allowed spelling."""
+    import difflib  # only on the error path: importing edgesdk.compress stays light
+    allowed = list(allowed)
+    unknown = [str(k) for k in mapping if k not in allowed]
+    if not unknown:
+        return
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, allowed, n=1)
+        named.append(repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    plural = "s" if len(unknown) > 1 else ""
+    raise RecipeError(f"{where}: unknown {what}{plural} {', '.join(named)}; allowed: {', '.join(allowed)}")
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:  # YAML `default:` with nothing under it
+        return {}
+    if not isinstance(value, dict):
+        raise RecipeError(f"{where} must be a mapping of settings such as {{cluster_bits: 4}}, "
+                          f"got {type(value).__name__}")
+    return value
+
+
+def _known(overrides: Any, where: str) -> dict[str, Any]:
+    overrides = _mapping(overrides, where)
+    _reject_unknown(overrides, FIELDS, where, "setting")
+    return dict(overrides)
+
+
+def _check_settings(settings: dict[str, Any], where: str) -> dict[str, Any]:
+    problems = settings_problems(settings)
+    if problems:
+        raise RecipeError(f"{where}: {'; '.join(problems)}")
+    return settings
+
+
+def _check_pattern(pattern: Any, where: str) -> None:
+    if not isinstance(pattern, str):
+        raise RecipeError(f"{where}.match must be a shell pattern string such as '*fc*', got {pattern!r}")
+    if not pattern.strip():
+        raise RecipeError(f"{where}.match is empty: name a node or weight, or a shell pattern such as '*fc*'")
+
+
+def _layer_entry(entry: Any, where: str) -> tuple[str, dict[str, Any]]:
+    if not isinstance(entry, dict):
+        raise RecipeError(f"{where} must be a mapping such as {EXAMPLE_ENTRY}, got {type(entry).__name__}")
+    _reject_unknown(entry, ("match", *FIELDS), where, "key")
+    if "match" not in entry:
+        raise RecipeError(f"{where} needs a 'match' pattern, e.g. {EXAMPLE_ENTRY}")
+    _check_pattern(entry["match"], where)
+    return entry["match"], {k: v for k, v in entry.items() if k != "match"}
+
+
+def _check_global_prune(value: Any) -> None:
+    if value is not None and not (_is_number(value) and 0 <= value < 1):
+        raise RecipeError(f"global_prune must be a number in [0, 1) (or null), got {value!r}")
+
+
+def _check_min_params(value: Any) -> None:
+    if not _is_integer(value) or value < 0:
+        raise RecipeError(f"min_params must be a non-negative integer, got {value!r}")
 
 
 def _non_default(settings: dict[str, Any]) -> dict[str, Any]:
-    defaults = dataclasses.asdict(LayerSettings())
-    return {k: v for k, v in settings.items() if v != defaults[k]}
+    return {k: v for k, v in settings.items() if v != _DEFAULTS[k]}

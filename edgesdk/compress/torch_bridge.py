@@ -8,7 +8,7 @@ and Gemm weights and biases become ``nn.Parameter``s, every other constant a buf
 batch size (fixed at import, usually 1) is not: Reshapes whose leading dimension is the batch follow
 the batch of the actual input, so the module trains on mini-batches.
 
-Needs torch (``pip install 'edgesdk[train]'``); importing this module without it raises
+Needs torch (``pip install torch``, or ``pip install -e '.[train]'`` in the edgesdk source checkout); importing this module without it raises
 :class:`~edgesdk.errors.EdgeSDKError`.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ try:
     import torch.nn.functional as F
     from torch import nn
 except ImportError:  # pragma: no cover - exercised only without the train extra
-    raise EdgeSDKError("fine-tuning needs PyTorch; install it with pip install 'edgesdk[train]'") from None
+    raise EdgeSDKError("fine-tuning needs PyTorch: pip install torch (or, in the edgesdk source checkout, pip install -e '.[train]')") from None
 
 TRAINABLE_OPS = ("Conv", "Gemm")
 

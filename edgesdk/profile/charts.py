@@ -42,7 +42,7 @@ def matplotlib_missing() -> str | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return "matplotlib is not installed: pip install 'edgesdk[host]' to draw the charts"
+        return "matplotlib is not installed: pip install matplotlib (or, in the edgesdk source checkout, pip install -e '.[host]') to draw the charts"
     return None
 
 

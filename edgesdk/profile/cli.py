@@ -61,7 +61,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         _emit_json({"out_dir": str(out), "files": {k: str(v) for k, v in files.items()},
                     "comparison": compare_runs(runs), "runs": [run_summary(run, args.top) for run in runs]})
     else:
-        print_summary(args.model, runs, files, args.top)
+        print_summary(args.model, runs, files, args.top, notes=not getattr(args, "quiet", False))
     return 0
 
 
@@ -80,7 +80,10 @@ def run_summary(run: dict[str, Any], top: int) -> dict[str, Any]:
             "energy": run["energy"], "slowest_ops": _slowest(run, top), "notes": run["notes"]}
 
 
-def print_summary(model: str, runs: list[dict[str, Any]], files: dict[str, Path], top: int) -> None:
+def print_summary(model: str, runs: list[dict[str, Any]], files: dict[str, Path], top: int, *,
+                  notes: bool = True) -> None:
+    """The text report of ``edgesdk profile`` (and ``remote profile``); ``notes=False`` (-q) leaves
+    out the runs' notes."""
     from ..cli import _table
     first = runs[0]
     print(f"{model}: {len(runs)} run{'s' if len(runs) != 1 else ''}, each {first['warmup']} warm-up, "
@@ -96,7 +99,7 @@ def print_summary(model: str, runs: list[dict[str, Any]], files: dict[str, Path]
         if rows:
             print(f"\nslowest ops, {run['label']}:")
             print(_table(rows, ["node", "op", "placement", "median", "share"], right={3, 4}))
-        for note in run["notes"]:
+        for note in run["notes"] if notes else ():
             print(f"note ({run['label']}): {note}")
     print()
     for index, key in enumerate(REPORT_FILES):

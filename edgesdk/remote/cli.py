@@ -86,7 +86,8 @@ def _commands():
     """The host-side implementation; needs paramiko (the `host` extra)."""
     import importlib.util
     if importlib.util.find_spec("paramiko") is None:
-        raise RemoteError("`edgesdk remote` needs paramiko on this machine: pip install 'edgesdk[host]'")
+        raise RemoteError("`edgesdk remote` needs paramiko on this machine: pip install paramiko (or, in the "
+                          "edgesdk source checkout, pip install -e '.[host]')")
     from . import commands
     return commands
 
@@ -308,5 +309,5 @@ def cmd_profile(args: argparse.Namespace) -> int:
                     "comparison": compare_runs(runs) if runs else None,
                     **_json_outcomes(outcomes, lambda r: run_summary(r, args.top))})
     elif files:
-        print_summary(package.name, runs, files, args.top)
+        print_summary(package.name, runs, files, args.top, notes=not getattr(args, "quiet", False))
     return _report_failures(args, outcomes)
