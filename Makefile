@@ -1,33 +1,46 @@
 # Two entry points for a fresh Debian/Ubuntu machine; both are idempotent.
-#   make demo   system packages + .venv + edgesdk[dev], then `edgesdk quickstart`
-#   make test   the same set-up, then the whole test suite
+#   make demo   what the demo needs (apt + .venv + edgesdk[bench]), then `edgesdk quickstart`
+#   make test   that, the test tools and edgesdk[dev], then the whole test suite
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# OpenCL (PoCL CPU driver + ICD loader) for the opencl backend, a C++ toolchain and CMake for the
-# native module, an aarch64 cross toolchain + qemu to check the NEON/aarch64 code paths, an OpenSSH
+# The demo: a C++ toolchain, CMake and the Python headers/venv to build the native module, and an
+# OpenCL driver (PoCL's CPU device, with the ICD loader) because quickstart runs every backend,
+# opencl included.
+DEMO_APT_PACKAGES := build-essential cmake python3-dev python3-venv pocl-opencl-icd ocl-icd-libopencl1
+# Test tools only: OpenCL headers and clinfo, oclgrind (the OpenCL simulator the kernel tests run
+# under), an aarch64 cross toolchain + qemu to check the NEON/aarch64 code paths, an OpenSSH
 # server/client for the remote-board tests, headless Chromium to render the HTML reports, and Bochs
 # (an emulated AVX-512 PC) with xorriso + isolinux to boot the AVX-512 kernel checks.
-APT_PACKAGES := build-essential cmake python3-dev python3-venv pocl-opencl-icd ocl-icd-libopencl1 \
-                ocl-icd-opencl-dev opencl-headers clinfo oclgrind g++-aarch64-linux-gnu qemu-user \
-                openssh-server openssh-client chromium-headless-shell bochs bochsbios vgabios xorriso \
-                isolinux syslinux-common
+TEST_APT_PACKAGES := ocl-icd-opencl-dev opencl-headers clinfo oclgrind g++-aarch64-linux-gnu qemu-user \
+                     openssh-server openssh-client chromium-headless-shell bochs bochsbios vgabios xorriso \
+                     isolinux syslinux-common
 PYTEST_ARGS ?=
 NATIVE_SOURCES := $(shell find cpu_native -type f 2>/dev/null) CMakeLists.txt
 
-.PHONY: demo test setup system-packages bench clean
+.PHONY: demo test setup demo-setup demo-packages test-packages bench clean
 
-demo: setup
+demo: demo-setup
 	$(BIN)/edgesdk quickstart
 
 test: setup
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
-setup: system-packages $(VENV)/.installed
+# Everything the tests need (the demo's packages included).
+setup: demo-packages test-packages $(VENV)/.installed-dev
 
-system-packages:
-	@missing=$$(for p in $(APT_PACKAGES); do \
+demo-setup: demo-packages $(VENV)/.installed-demo
+
+demo-packages:
+	$(call apt_install,$(DEMO_APT_PACKAGES))
+
+test-packages:
+	$(call apt_install,$(TEST_APT_PACKAGES))
+
+# $(call apt_install,PACKAGES): apt-get install those that dpkg does not list as installed (none:
+# no apt-get, no sudo), so a second run does nothing.
+apt_install = @missing=$$(for p in $(1); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:" $$missing; \
@@ -36,14 +49,22 @@ system-packages:
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
-# Re-installs when the project metadata or the native sources change.
-$(VENV)/.installed: pyproject.toml $(NATIVE_SOURCES)
+# Each stamp re-installs when the project metadata or the native sources change. The demo gets
+# the runtime dependencies plus ONNX Runtime (the `bench` extra: the baseline quickstart compares
+# against); the tests get the `dev` extra, a superset, so installing it satisfies the demo too.
+$(VENV)/.installed-demo: pyproject.toml $(NATIVE_SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[bench]"
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(NATIVE_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	touch $@
+	touch $@ $(VENV)/.installed-demo
 
-bench: setup
+bench: demo-setup
 	$(BIN)/python tools/bench.py default --threads 1
 
 clean:

@@ -1,8 +1,10 @@
 """Evaluation datasets.
 
-``digits`` is scikit-learn's bundled 8x8 handwritten digits set (1797 images, no download).
-The split is fixed (seed 0, 20% test, stratified) so that training (tools/train_default_model.py),
-``edgesdk eval --data digits`` and ``quickstart`` all see the same held-out images.
+``digits`` is scikit-learn's 8x8 handwritten digits set (1797 images), split once (seed 0, 20%
+test, stratified) so that training (tools/train_default_model.py), ``edgesdk eval --data digits``,
+``finetune`` and ``quickstart`` all see the same held-out images. The split ships inside the
+package as ``edgesdk/data/digits.npz`` (written by tools/make_digits_npz.py, which needs
+scikit-learn; edgesdk itself does not).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from .errors import DatasetError
 
 DIGITS_SEED = 0
 DIGITS_TEST_FRACTION = 0.2
+# The split above, precomputed (x float32 (N, 1, 8, 8) pixel/16, y int64 labels).
+DIGITS_FILE = Path(__file__).resolve().parent / "data" / "digits.npz"
 
 
 @dataclass(frozen=True)
@@ -28,17 +32,16 @@ class Dataset:
 
 
 def digits_split() -> tuple[Dataset, Dataset]:
-    """Train and test splits of the digits set as float32 (N, 1, 8, 8) in [0, 1]."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    bunch = load_digits()
-    x = (bunch.images.astype(np.float32) / 16.0)[:, None, :, :]
-    y = bunch.target.astype(np.int64)
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        x, y, test_size=DIGITS_TEST_FRACTION, random_state=DIGITS_SEED, stratify=y
-    )
-    return Dataset("digits-train", x_tr, y_tr), Dataset("digits-test", x_te, y_te)
+    """Train and test splits of the digits set as float32 (N, 1, 8, 8) in [0, 1] (1437 and 360
+    images), fresh arrays on every call."""
+    try:
+        with np.load(DIGITS_FILE, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in ("x_train", "y_train", "x_test", "y_test")}
+    except Exception as exc:  # OSError, BadZipFile, zlib.error, KeyError: a broken install, not a user error
+        raise DatasetError(f"the bundled digits split {DIGITS_FILE} is missing or damaged "
+                           f"({exc.__class__.__name__}: {exc}); reinstall edgesdk") from None
+    return (Dataset("digits-train", arrays["x_train"], arrays["y_train"]),
+            Dataset("digits-test", arrays["x_test"], arrays["y_test"]))
 
 
 def load_dataset(spec: str) -> Dataset:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backends.reference.kernels import evaluate
 from .graph import Graph, Node
 from .runtime.activations import ACTIVATION_PARAMS
 from .runtime.shapes import check_folding
@@ -30,6 +29,9 @@ def optimize(graph: Graph) -> dict[str, int]:
 
 def fold_constants(graph: Graph) -> int:
     """Evaluate every node whose inputs are all constant and keep its outputs as constants."""
+    # The reference kernels (a dozen modules) load on the first fold, not on `import edgesdk`.
+    from .backends.reference.kernels import evaluate
+
     folded = 0
     remaining: list[Node] = []
     for node in graph.nodes:

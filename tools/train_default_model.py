@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Train the SDK's embedded default model: a small LeNet-style CNN on scikit-learn's 8x8 digits.
 
-Uses exactly the split of ``edgesdk.datasets.digits_split()`` (seed 0, 20% test, stratified), so
-``edgesdk eval --data digits`` and ``quickstart`` measure on images the model never saw.
+Uses exactly the split of ``edgesdk.datasets.digits_split()`` (seed 0, 20% test, stratified; shipped
+as ``edgesdk/data/digits.npz``, written by tools/make_digits_npz.py), so ``edgesdk eval --data digits``
+and ``quickstart`` measure on images the model never saw.
 
 Writes (atomically) ``<out-dir>/digits_lenet.onnx`` (opset 17, input ``input`` (N, 1, 8, 8),
 output ``logits`` (N, 10), BatchNormalization nodes kept: the SDK folds them itself) and

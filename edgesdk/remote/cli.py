@@ -37,7 +37,7 @@ def add_remote_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     connection.add_argument("--install-timeout", type=float, default=3600.0, metavar="S",
                             help="limit for installing the SDK on the board (default 3600 s)")
     connection.add_argument("--sdist", metavar="FILE", help="install this edgesdk sdist on the boards "
-                            "(default: built from this checkout)")
+                            "(default: built from this checkout, or from the installed edgesdk)")
 
     model_run = argparse.ArgumentParser(add_help=False)
     model_run.add_argument("--input", help=".npy (single-input models) or .npz (default: seeded random inputs)")

@@ -50,16 +50,16 @@ class RemoteSettings:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT_S
     install_timeout: float = INSTALL_TIMEOUT_S
-    sdist: str | None = None  # install this sdist instead of building one from the checkout
+    sdist: str | None = None  # install this sdist instead of one made from this edgesdk
     progress: ProgressFactory = field(default=lambda label: None)  # label -> progress callback or None
     _source: SdkSource | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def sdk_source(self) -> SdkSource:
-        """Computed once (hashing the checkout) and shared by every target."""
+        """Computed once (hashing the checkout or the installed package) and shared by every target."""
         with self._lock:
             if self._source is None:
-                self._source = SdkSource.from_sdist(self.sdist) if self.sdist else SdkSource.from_checkout()
+                self._source = SdkSource.from_sdist(self.sdist) if self.sdist else SdkSource.from_this_install()
             return self._source
 
 

@@ -1,8 +1,13 @@
-"""The SDK on the board: an sdist built here, pip-installed there into ``<workdir>/venv``.
+"""The SDK on the board: an sdist made here, pip-installed there into ``<workdir>/venv``.
+
+The sdist comes from whatever edgesdk this is: a source checkout (an editable install) is built
+with its PEP 517 backend; a pip-installed (non-editable) edgesdk assembles it from its own files,
+since the wheel carries the build files a board needs (``edgesdk/_source``: pyproject.toml,
+CMakeLists.txt, README.md, the C++ sources; see CMakeLists.txt's install rules).
 
 The board compiles the native module for its own CPU. A marker, ``<workdir>/.edgesdk/install.json``,
 records the version and the source hash that were installed and the interpreter that runs them;
-when both match this machine's, provisioning is one short command. The sdist is built once per
+when both match this machine's, provisioning is one short command. The sdist is made once per
 source hash and cached under ``~/.cache/edgesdk/sdist`` (``$XDG_CACHE_HOME`` honoured).
 
 The venv is made with ``--system-site-packages`` so that numpy and friends from the board's
@@ -11,6 +16,7 @@ distribution (apt, Termux ``pkg``) are reused instead of compiled.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -39,6 +45,14 @@ INSTALL_TIMEOUT_S = 3600.0  # a Raspberry Pi compiling the native module (and an
 STEP_TIMEOUT_S = 300.0
 # Top-level folders that do not change what gets installed (the sdist carries them, the wheel not).
 _NOT_INSTALLED = {"tests", "tools", "out", "build", "dist", ".venv", ".ci", ".git"}
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the edgesdk package this runs from
+# In an installed wheel: the build files CMake installs into the package (sdist root -> here).
+INSTALLED_BUILD_DIR = "_source"
+# Folders a wheel carries inside the package that an sdist holds at its top level (CMake installs
+# them into the package from there).
+_TOP_LEVEL_DATA = ("cl_kernels", "device_configs")
+# Build products and caches in an installed package: never part of an sdist.
+_BUILD_PRODUCTS = (".so", ".pyd", ".dylib", ".pyc", ".pyo")
 
 # Runs on the board with the target's python: its version and what the marker says.
 _PROBE = r"""
@@ -80,10 +94,39 @@ def source_files(root: Path) -> list[str]:
 
 
 def source_hash(root: Path) -> str:
+    return files_hash({name: root / name for name in source_files(root)})
+
+
+def files_hash(files: dict[str, Path]) -> str:
+    """What the marker compares: names and contents (not times) of the files that get installed."""
     h = hashlib.sha256()
-    for name in source_files(root):
-        h.update(name.encode() + b"\0" + hashlib.sha256((root / name).read_bytes()).digest())
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name].read_bytes()).digest())
     return h.hexdigest()
+
+
+def installed_sources(package_dir: Path = PACKAGE_DIR) -> dict[str, Path] | None:
+    """The sdist a pip-installed edgesdk amounts to, as member name (below the sdist's top
+    folder) -> file: the build files from ``edgesdk/_source`` and ``cl_kernels/`` and
+    ``device_configs/`` at the top, every other file of the package under ``edgesdk/``. None
+    when the package carries no build files (a source checkout)."""
+    build = package_dir / INSTALLED_BUILD_DIR
+    if not all((build / name).is_file() for name in ("pyproject.toml", "CMakeLists.txt")):
+        return None
+    files: dict[str, Path] = {}
+    for path in package_dir.rglob("*"):
+        parts = path.relative_to(package_dir).parts
+        if (not path.is_file() or path.suffix in _BUILD_PRODUCTS
+                or any(part == "__pycache__" or part.startswith(".") for part in parts)):
+            continue  # compiled for this machine, or a stray temp/dot file
+        if parts[0] == INSTALLED_BUILD_DIR:
+            name = "/".join(parts[1:])
+        elif parts[0] in _TOP_LEVEL_DATA:
+            name = "/".join(parts)
+        else:
+            name = "edgesdk/" + "/".join(parts)
+        files[name] = path
+    return files
 
 
 def cache_dir() -> Path:
@@ -92,22 +135,29 @@ def cache_dir() -> Path:
 
 @dataclass
 class SdkSource:
-    """What gets installed on boards: this checkout (built into an sdist on first need) or a
-    given sdist file. Shared by the threads of a multi-target command."""
+    """What gets installed on boards: this edgesdk (its checkout built into an sdist, or the
+    installed package assembled into one, on first need) or a given sdist file. Shared by the
+    threads of a multi-target command."""
 
     version: str
     hash: str
-    root: Path | None = None
+    root: Path | None = None  # a source checkout
+    files: dict[str, Path] | None = field(default=None, repr=False)  # an installed package's sdist members
     _sdist: Path | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def from_checkout(cls) -> "SdkSource":
+    def from_this_install(cls) -> "SdkSource":
+        """The edgesdk running here: its source checkout, else the installed package."""
         root = source_root()
-        if root is None:
-            raise ProvisionError("edgesdk is not running from a source checkout, so there is no sdist to build for the "
-                                 "board: pass --sdist FILE (an edgesdk sdist) or install edgesdk with `pip install -e`")
-        return cls(version=__version__, hash=source_hash(root), root=root)
+        if root is not None:
+            return cls(version=__version__, hash=source_hash(root), root=root)
+        files = installed_sources()
+        if files is None:
+            raise ProvisionError(f"this edgesdk ({PACKAGE_DIR}) is neither a source checkout nor an installed wheel "
+                                 f"with build files, so there is nothing to install on the board: pass --sdist FILE "
+                                 f"(an edgesdk sdist) or reinstall edgesdk with pip")
+        return cls(version=__version__, hash=files_hash(files), files=files)
 
     @classmethod
     def from_sdist(cls, path: str | os.PathLike) -> "SdkSource":
@@ -118,7 +168,11 @@ class SdkSource:
     def sdist(self) -> Path:
         with self._lock:
             if self._sdist is None:
-                self._sdist = build_sdist(self.root, self.hash)
+                if self.root is not None:
+                    self._sdist = build_sdist(self.root, self.hash)
+                else:
+                    assert self.files is not None, "an SdkSource has a checkout, installed files or an sdist"
+                    self._sdist = assemble_sdist(self.files, self.version, self.hash)
             return self._sdist
 
 
@@ -164,6 +218,40 @@ def build_sdist(root: Path, digest: str, cache: Path | None = None) -> Path:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     return folder / built.name
+
+
+def assemble_sdist(files: dict[str, Path], version: str, digest: str, cache: Path | None = None) -> Path:
+    """``edgesdk-VERSION.tar.gz`` holding ``files`` (see :func:`installed_sources`) and a PKG-INFO,
+    cached by ``digest`` like :func:`build_sdist`. Needs no build backend here: the board's pip
+    builds it with the backend pyproject.toml names."""
+    folder = (cache or cache_dir()) / digest[:32]
+    cached = sorted(folder.glob("edgesdk-*.tar.gz"))
+    if cached:
+        return cached[0]
+    top = f"edgesdk-{version}"
+    pkg_info = f"Metadata-Version: 2.1\nName: edgesdk\nVersion: {version}\n".encode()
+
+    def anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0  # this machine's user names mean nothing on the board
+        info.uname = info.gname = ""
+        return info
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".assemble-") as tmp:
+        out = Path(tmp) / f"{top}.tar.gz"
+        with tarfile.open(out, "w:gz") as tar:
+            info = anonymous(tarfile.TarInfo(f"{top}/PKG-INFO"))
+            info.size, info.mtime, info.mode = len(pkg_info), int(time.time()), 0o644
+            tar.addfile(info, io.BytesIO(pkg_info))
+            for name in sorted(files):
+                tar.add(files[name], arcname=f"{top}/{name}", recursive=False, filter=anonymous)
+        try:
+            os.rename(tmp, folder)  # atomic: another process may have assembled the same hash meanwhile
+        except OSError:
+            if not folder.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder / out.name
 
 
 # -- the board's side ------------------------------------------------------------------------

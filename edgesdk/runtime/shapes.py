@@ -11,7 +11,6 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -317,7 +316,8 @@ def _machine_limit() -> SizeLimit:
         pass
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
-            text = Path(path).read_text().strip()
+            with open(path) as f:  # not pathlib: it is not imported on `import edgesdk`
+                text = f.read().strip()
         except OSError:
             continue
         if text.isdigit() and 0 < int(text) < limit.nbytes:  # "max" (v2) or ~2^63 (v1): no limit

@@ -127,5 +127,5 @@ _BLAS_LIMIT = _SharedBlasLimit()
 @functools.cache
 def _blas_controller() -> Any:
     # Scanning the loaded BLAS libraries is slow; do it once per process, not per run.
-    from threadpoolctl import ThreadpoolController  # comes with scikit-learn
+    from threadpoolctl import ThreadpoolController  # a declared dependency (pyproject.toml)
     return ThreadpoolController()

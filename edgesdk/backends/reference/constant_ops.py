@@ -7,8 +7,6 @@ importer folds into a Reshape with a fixed shape. Attributes here are the raw ON
 from __future__ import annotations
 
 import numpy as np
-import onnx.helper
-import onnx.numpy_helper
 
 from ...graph import Node
 from .kernels import kernel
@@ -41,6 +39,8 @@ def gather(node: Node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
 
 @kernel("Cast")
 def cast(node: Node, x: np.ndarray) -> np.ndarray:
+    import onnx.helper  # only the ONNX importer folds these ops; running a package never imports onnx
+
     return x.astype(onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"]))
 
 
@@ -61,6 +61,8 @@ def slice_(node: Node, data: np.ndarray, starts: np.ndarray | None = None, ends:
 
 @kernel("ConstantOfShape")
 def constant_of_shape(node: Node, shape_: np.ndarray) -> np.ndarray:
+    import onnx.numpy_helper  # only the ONNX importer folds these ops; running a package never imports onnx
+
     value = node.attrs.get("value")
     fill = onnx.numpy_helper.to_array(value).reshape(-1)[0] if value is not None else np.float32(0)
     return np.full(tuple(int(d) for d in shape_), fill, dtype=np.asarray(fill).dtype)
