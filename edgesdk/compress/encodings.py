@@ -21,6 +21,11 @@ from .bitpack import packed_nbytes, unpack_bits
 
 Params = dict[str, Any]  # ints, floats, strings, bools
 
+# What validate() accepts: exactly the dtypes edgesdk.compress.encode writes.
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
+_BYTES = (np.dtype(np.uint8),)
+_INT32_MAX = 2**31 - 1  # the OpenCL CSR kernel indexes entries with int
+
 
 class EncodingError(EdgeSDKError):
     """Stored encoding data are inconsistent (wrong sizes, indices out of range)."""
@@ -58,6 +63,21 @@ class Encoding(abc.ABC):
     def describe(self) -> str:
         return self.kind
 
+    def validate(self) -> None:
+        """Check every parameter and array against ``shape``: everything :meth:`decode` and the
+        backends' kernels take for granted (bit widths, array dtypes and sizes, index ranges),
+        without decoding, in a few vectorised passes over the stored bytes. Raises
+        :class:`EncodingError` naming the field and the problem. The package reader calls this
+        for every encoded tensor, so a crafted file fails here rather than in a kernel."""
+        _require(isinstance(self.shape, tuple) and len(self.shape) >= 1
+                 and all(type(d) is int and d >= 1 for d in self.shape),
+                 f"shape {list(self.shape)} is not a non-empty shape of positive dimensions")
+        self._validate()
+
+    @abc.abstractmethod
+    def _validate(self) -> None:
+        """The encoding's own checks; ``shape`` is already known to be sound."""
+
     def parts(self) -> tuple[str, tuple[int, ...], Params, dict[str, np.ndarray]]:
         return self.kind, self.shape, self.params(), self.arrays()
 
@@ -77,6 +97,9 @@ class DenseFP16(Encoding):
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"values": self.values}
+
+    def _validate(self) -> None:
+        _require_array(self.values, "values", (np.dtype(np.float16),), self.shape)
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,6 +135,13 @@ class Clustered(Encoding):
 
     def params(self) -> Params:
         return {"bits": self.bits, "zero_reserved": self.zero_reserved}
+
+    def _validate(self) -> None:
+        bits = _require_int(self.bits, "bits", 1, 8)  # the native and OpenCL kernels unpack <= 8
+        _require(type(self.zero_reserved) is bool, f"zero_reserved is {self.zero_reserved!r}, not a bool")
+        _require_codebook(self.codebook, "codebook", bits, self.rows)
+        _require_array(self.indices, "indices", _BYTES, (packed_nbytes(self.rows * self.cols, bits),),
+                       f"{self.rows * self.cols} indices of {bits} bits")
 
     def describe(self) -> str:
         return f"cluster{self.bits}/{self.granularity}" + ("/fp16" if self.codebook.dtype == np.float16 else "")
@@ -193,6 +223,52 @@ class SparseCSR(Encoding):
     def params(self) -> Params:
         return {"length_bits": self.length_bits, "delta_bits": self.delta_bits, "value_bits": self.value_bits}
 
+    def _validate(self) -> None:
+        length_bits = _require_int(self.length_bits, "length_bits", 1, 32)
+        delta_bits = _require_int(self.delta_bits, "delta_bits", 1, 16)  # decode's and OpenCL's limit
+        _require_array(self.row_lengths, "row_lengths", _BYTES, (packed_nbytes(self.rows, length_bits),),
+                       f"{self.rows} row lengths of {length_bits} bits")
+        lengths = _unpack_fields(self.row_lengths, length_bits, self.rows).astype(np.int64)
+        entries = int(lengths.sum())
+        _require(entries <= _INT32_MAX, f"{entries} entries; at most {_INT32_MAX}")
+        _require_array(self.deltas, "deltas", _BYTES, (packed_nbytes(entries, delta_bits),),
+                       f"{entries} column deltas of {delta_bits} bits")
+        self._validate_values(entries)
+        self._validate_columns(lengths, _unpack_fields(self.deltas, delta_bits, entries))
+
+    def _validate_values(self, entries: int) -> None:
+        """Raw values, or codebook indices whose entry 0 is the exact zero fillers stand for."""
+        if self.codebook is None and self.indices is None:
+            _require(type(self.value_bits) is int and self.value_bits == 0,
+                     f"value_bits is {self.value_bits!r} but the values are stored raw (expected 0)")
+            _require_array(self.values, "values", _FLOATS, (entries,), f"one value per entry ({entries})")
+            return
+        _require(self.values is None, "both raw values and a codebook are stored")
+        bits = _require_int(self.value_bits, "value_bits", 1, 8)
+        _require_codebook(self.codebook, "codebook", bits, self.rows)
+        _require_array(self.indices, "indices", _BYTES, (packed_nbytes(entries, bits),),
+                       f"{entries} indices of {bits} bits")
+        _require(not np.any(self.codebook[:, 0]), "codebook entry 0 is not 0.0 (filler entries stand for zero)")
+
+    def _validate_columns(self, lengths: np.ndarray, deltas: np.ndarray) -> None:
+        """Every decoded column inside the row, and strictly increasing along it: a row's first
+        delta is its column (>= 0), later ones step right (>= 1; fillers too). decode() writes a
+        repeated column once, the OpenCL kernel would add it twice. Row sums, not a running sum
+        of every entry: no temporary as large as the stream (fresh pages cost more than the math)."""
+        if not deltas.size:
+            return
+        full = np.flatnonzero(lengths)  # rows with entries
+        starts = (np.cumsum(lengths) - lengths)[full]  # their first entries, increasing
+        zeros = np.flatnonzero(deltas == 0)
+        repeats = zeros[starts[np.minimum(np.searchsorted(starts, zeros), starts.size - 1)] != zeros]
+        if repeats.size:
+            _require(False, f"entry {int(repeats[0])} repeats the previous column of its row")
+        last_column = np.add.reduceat(deltas, starts, dtype=np.int64)  # a row's largest column
+        over = np.flatnonzero(last_column >= self.cols)
+        if over.size:
+            row, column = int(full[over[0]]), int(last_column[over[0]])
+            _require(False, f"row {row} has column {column}, outside its {self.cols} columns")
+
     def describe(self) -> str:
         sparsity = 1 - self.nnz / max(1, self.rows * self.cols)
         values = (f"cluster{self.value_bits}/{'layer' if self.codebook.shape[0] == 1 else 'channel'}"
@@ -238,6 +314,27 @@ class NNM(Encoding):
     def params(self) -> Params:
         return {"mode": self.mode}
 
+    def _validate(self) -> None:
+        _require(self.mode in ("shared", "per_input_channel"),
+                 f"mode {self.mode!r} is neither 'shared' nor 'per_input_channel'")
+        _require_array(self.centroids, "centroids", _FLOATS)
+        k, c = self.shape[0], self.centroids
+        if self.mode == "shared":
+            expected = (c.shape[0],) + self.shape[1:] if c.ndim else None
+            groups: tuple[int, ...] = ()
+        else:
+            _require(len(self.shape) == 4, f"per_input_channel needs a convolution weight, not {list(self.shape)}")
+            expected = (self.shape[1], c.shape[1]) + self.shape[2:] if c.ndim > 1 else None
+            groups = (self.shape[1],)
+        _require(c.shape == expected, f"centroids have shape {list(c.shape)}, expected "
+                                      f"{list(expected) if expected else '(centroids, ...)'} for {list(self.shape)}")
+        clusters = self.clusters
+        _require(1 <= clusters <= k, f"{clusters} centroids for {k} output channels")
+        index = np.dtype(np.uint8 if clusters <= 256 else np.uint16)  # what encode_nnm stores
+        _require_array(self.assignment, "assignment", (index,), groups + (k,), "one centroid per output channel")
+        top = int(self.assignment.max(initial=0))
+        _require(top < clusters, f"assignment {top} is out of range: there are {clusters} centroids")
+
     def describe(self) -> str:
         rate = 1 - self.clusters / self.shape[0]
         tag = "shared" if self.mode == "shared" else "per-input"
@@ -263,3 +360,82 @@ def encoding_from_parts(kind: str, shape: tuple[int, ...], params: Params,
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise EncodingError(f"corrupt encoded tensor: {message}")
+
+
+def _require(condition: bool, message: str) -> None:
+    """validate()'s failure: the message names the field; the caller names the tensor."""
+    if not condition:
+        raise EncodingError(message)
+
+
+def _require_int(value: Any, name: str, low: int, high: int) -> int:
+    _require(type(value) is int and low <= value <= high, f"{name} is {value!r}, expected an int in {low}..{high}")
+    return value
+
+
+def _require_array(array: Any, name: str, dtypes: tuple[np.dtype, ...], shape: tuple[int, ...] | None = None,
+                   meaning: str = "") -> None:
+    # plain ifs: the messages are built only for a file that fails (validate runs on every load)
+    if not isinstance(array, np.ndarray):
+        raise EncodingError(f"array {name!r} is missing")
+    if array.dtype not in dtypes:
+        raise EncodingError(f"{name} are {array.dtype}, expected {' or '.join(d.name for d in dtypes)}")
+    if shape is not None and array.shape != shape:
+        raise EncodingError(f"{name} have shape {list(array.shape)}, expected {list(shape)}"
+                            + (f" ({meaning})" if meaning else ""))
+
+
+def _require_codebook(book: Any, name: str, bits: int, rows: int) -> None:
+    """(1 or rows, 2**bits) floats: one codebook per layer or per output channel."""
+    _require_array(book, name, _FLOATS)
+    _require(book.ndim == 2 and book.shape[1] == 1 << bits and book.shape[0] in (1, rows),
+             f"{name} has shape {list(book.shape)}, expected [1 or {rows}, {1 << bits}] for {bits} bits")
+
+
+def _unpack_fields(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """``count`` LSB-first fields of ``bits`` (1..32) bits (as bitpack.unpack_bits, which
+    spends 8 bytes per *bit*: too slow and too large to validate every layer on every load).
+    Up to 8 bits as uint8 (:func:`_unpack_octets`); wider fields (row lengths) as int64, a chunk
+    at a time."""
+    if bits <= 8:
+        return _unpack_octets(np.asarray(packed, dtype=np.uint8).reshape(-1), bits, count)
+    source = np.concatenate([np.asarray(packed, dtype=np.uint8).reshape(-1), np.zeros(5, np.uint8)])
+    out = np.empty(count, dtype=np.int64)
+    spans = (bits + 14) // 8  # bytes a field can touch: it may start at any bit of its first byte
+    mask = np.uint64((1 << bits) - 1)
+    for begin in range(0, count, _CHUNK):
+        position = np.arange(begin, min(count, begin + _CHUNK), dtype=np.int64) * bits
+        first = position >> 3
+        word = np.zeros(position.size, dtype=np.uint64)
+        for i in range(spans):
+            word |= source[first + i].astype(np.uint64) << np.uint64(8 * i)
+        out[begin:begin + position.size] = (word >> (position & 7).astype(np.uint64)) & mask
+    return out
+
+
+def _unpack_octets(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Fields of up to 8 bits as uint8. Every operation runs along the stream (a short inner axis
+    would cost numpy a loop per element): one pass per field position, writing a strided column."""
+    if 8 % bits == 0:  # whole fields per byte: shift the bytes themselves
+        per, nbytes = 8 // bits, -(-count * bits // 8)
+        source = np.concatenate([packed[:nbytes], np.zeros(max(0, nbytes - packed.size), np.uint8)])
+        out = np.empty((nbytes, per), np.uint8)
+        for k in range(per):
+            np.bitwise_and(source >> np.uint8(k * bits), np.uint8((1 << bits) - 1), out=out[:, k])
+        return out.reshape(-1)[:count]
+    groups = -(-count // 8)  # every 8 fields fill exactly `bits` bytes
+    source = np.zeros(groups * bits, np.uint8)
+    n = min(packed.size, source.size)
+    source[:n] = packed[:n]
+    source = source.reshape(groups, bits)
+    word_type = np.uint32 if bits <= 4 else np.uint64  # 8 fields of `bits` bits
+    word = source[:, 0].astype(word_type)
+    for j in range(1, bits):
+        word |= source[:, j].astype(word_type) << word_type(8 * j)
+    out = np.empty((groups, 8), np.uint8)
+    for k in range(8):
+        np.bitwise_and(word >> word_type(k * bits), word_type((1 << bits) - 1), out=out[:, k], casting="unsafe")
+    return out.reshape(-1)[:count]
+
+
+_CHUNK = 1 << 18  # fields per pass of _unpack_fields above 8 bits

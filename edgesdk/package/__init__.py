@@ -1,9 +1,9 @@
-"""The ``.edgepkg`` model package: one file, mmap-able, checksummed.
+"""The ``.edgepkg`` model package: one file, 64-byte aligned blobs, checksummed.
 
 A package stores a :class:`~edgesdk.graph.Graph` (nodes, typed attributes, tensors), its
 constants (dense, or compressed encodings exactly as :meth:`Encoding.parts` gives them, never
 decoded) and metadata (producer, source model sha256, compression recipe, per-layer stats,
-accuracy, creation time, ``graph.metadata``). The schema is ``edgepkg.fbs``; the Python code in
+accuracy, ``graph.metadata``; no timestamp, so packing is deterministic). The schema is ``edgepkg.fbs``; the Python code in
 ``fb/`` is generated from it by ``tools/gen_flatbuffers.py``.
 
 File layout (little-endian; byte by byte at the top of ``edgepkg.fbs``)::
@@ -16,9 +16,10 @@ File layout (little-endian; byte by byte at the top of ``edgepkg.fbs``)::
     [.., end)            graph section: the flatbuffer (root Model, file_identifier "EPKG"),
                          zlib-deflated with a preset dictionary when that is smaller
 
-Arrays live outside the flatbuffer so that :func:`load_package` can map the file and hand out
-``np.frombuffer`` views of it: opening a package copies nothing until a tensor is used, and a
-runtime can pass the same pages to OpenCL with ``CL_MEM_USE_HOST_PTR``.
+Arrays live outside the flatbuffer so that :func:`load_package` can hand out ``np.frombuffer``
+views of the file's bytes, read once into private 64-byte aligned memory (no copy per tensor). Not
+a mapping of the file: the checksum and the validation then cover exactly the bytes later used, and
+a package overwritten while a session has it open cannot pull pages from under it (SIGBUS).
 
 >>> info = save_package(graph, "model.edgepkg", metadata={"accuracy": 0.98, "accuracy_dataset": "digits"})
 >>> graph = load_package("model.edgepkg")  # or Session("model.edgepkg")

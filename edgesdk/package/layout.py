@@ -1,4 +1,4 @@
-"""The fixed 128-byte header of an .edgepkg file, alignment and the whole-file checksum.
+"""The fixed 64-byte header of an .edgepkg file, alignment and the whole-file checksum.
 
 See the layout table at the top of ``edgepkg.fbs``. The header is plain ``struct`` so a reader
 can reject a file (wrong magic, version, size, checksum) before touching the flatbuffer.
@@ -89,7 +89,8 @@ class Checksum:
 
 
 def file_checksum(buf: memoryview) -> bytes:
-    """The checksum of a whole package held in ``buf`` (read without copying)."""
+    """The checksum of a whole package held in ``buf`` (hashed in place, without copying; the
+    reader passes the very buffer its arrays are views of)."""
     checksum = Checksum()
     checksum.update_header(buf[:HEADER_SIZE])
     checksum.update(buf[HEADER_SIZE:])

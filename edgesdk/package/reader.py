@@ -1,26 +1,33 @@
-"""Read an .edgepkg file: check it, then build a Graph whose constants are views of the mmap.
+"""Read an .edgepkg file: check it, then build a Graph whose constants are views of its bytes.
+
+The file is read once into private, 64-byte aligned memory: constants are views of that buffer,
+and the checksum and every check see exactly the bytes later used. (Mapping the file instead
+would tie every constant to the file: a package overwritten in place, ``cp new.edgepkg
+model.edgepkg``, would kill the process with SIGBUS at its next run.)
 
 The Python flatbuffers runtime has no verifier, so this module is one: the header, checksum and
 every blob are checked before any array exists, every vector length is charged against a budget
 the size of the flatbuffer (a corrupt length cannot loop for ages or allocate gigabytes), and any
-exception a corrupt buffer still trips becomes a one-line :class:`PackageError`.
+exception a corrupt buffer still trips becomes a one-line :class:`PackageError`. A sound file can
+still lie (a checksum is no signature): the graph and every encoding are then checked against
+what the backends take for granted (:mod:`.validate`, :meth:`Encoding.validate`).
 """
 from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from .. import __version__
 from ..compress.encodings import Encoding, encoding_from_parts
-from ..errors import EdgeSDKError, PackageError
+from ..errors import EdgeSDKError, ModelTooLargeError, PackageError
 from ..graph import Graph, Node, Tensor
 from ..runtime.activations import Activation
 from ..runtime.shapes import infer_shapes
@@ -28,8 +35,10 @@ from .fb.Model import Model
 from .fb.ValueKind import ValueKind
 from .layout import (ALIGN, ARRAY_ALIGN, FILE_IDENTIFIER, FORMAT_VERSION, HEADER_SIZE, MAGIC, Header,
                      dtype_from_code, file_checksum, inflate_graph_section)
+from .validate import Invalid, check_graph
 
 _MAX_DIM = 1 << 40  # no real tensor has a larger dimension; a corrupt one must not overflow math
+_WAY_OUT = "re-pack the model with `edgesdk pack`"
 
 
 class _Corrupt(Exception):
@@ -39,84 +48,201 @@ class _Corrupt(Exception):
 def load_package(path: str | os.PathLike, *, verify: bool = True) -> Graph:
     """The Graph stored in the package at ``path``.
 
-    The file is mapped read-only and constants are ``np.frombuffer`` views of the mapping (encoded
-    ones rebuilt over views): nothing is copied until a tensor is used. Header, identifier, format
-    version, file size and every blob's and array's bounds, alignment and size are checked before
-    any array exists; the whole-file checksum (skipped with ``verify=False``) is computed on a
-    second thread while the graph is built (xxhash releases the GIL) and checked before the graph
-    is returned. The package metadata is in ``graph.metadata["package"]``. Any problem is one
-    :class:`PackageError` line.
+    The file is read once into private, 64-byte aligned memory and constants are views of it
+    (encoded ones rebuilt over views): nothing is copied after that read, and nothing refers to
+    the file afterwards, so it may be overwritten or deleted while the graph is in use. Header,
+    identifier, format version, file size and every blob's and array's bounds, alignment and
+    size are checked before any array exists. A large blob area is read on a second thread while
+    the graph is built (the read releases the GIL); the whole-file checksum of the bytes read
+    (skipped with ``verify=False``) is checked before the graph is returned. The graph and every
+    encoding are then validated against what the backends assume (:mod:`.validate`,
+    :meth:`Encoding.validate`). The package metadata is in ``graph.metadata["package"]``. Any
+    problem is one :class:`PackageError` line.
     """
-    return _guarded(path, verify, lambda pkg: pkg.graph())
+    return _guarded(path, verify, True, lambda pkg: pkg.graph())
 
 
 def read_package_info(path: str | os.PathLike, *, verify: bool = True) -> dict[str, Any]:
     """Package metadata, graph signature, op counts and every constant's storage (dense or
-    encoding kind and parameters, stored and dense bytes), without building any array."""
-    return _guarded(path, verify, lambda pkg: pkg.info())
+    encoding kind and parameters, stored and dense bytes), without building any array (with
+    ``verify=False`` the blob area is not even read)."""
+    return _guarded(path, verify, verify, lambda pkg: pkg.info())
 
 
-def _guarded(path: str | os.PathLike, verify: bool, read: Callable[["_Package"], Any]) -> Any:
-    checksum: _ChecksumCheck | None = None
+def _guarded(path: str | os.PathLike, verify: bool, blobs: bool, read: Callable[["_Package"], Any]) -> Any:
+    contents: _Contents | None = None
     try:
-        mm, header = _open(Path(path))
-        checksum = _ChecksumCheck(Path(path), mm, header) if verify else None
-        result = read(_Package(Path(path), mm, header))
-        if checksum is not None:
-            checksum.raise_if_wrong()
+        contents = _Contents(Path(path), read_blobs=blobs or verify)
+        result = read(_Package(contents))
+        contents.wait()
+        if verify:
+            contents.check()
         return result
     except PackageError:
-        _prefer_checksum_error(checksum)
+        _prefer_file_error(contents, verify)
         raise
-    except _Corrupt as exc:
-        _prefer_checksum_error(checksum)
-        raise PackageError(f"{path}: corrupt package: {exc}") from None
+    except ModelTooLargeError as exc:  # too large for this machine is no fault of the file: kept typed
+        _prefer_file_error(contents, verify)
+        raise ModelTooLargeError(_one_line(str(exc)), tensor=exc.tensor, nbytes=exc.nbytes, limit=exc.limit) from None
+    except (_Corrupt, Invalid) as exc:
+        _prefer_file_error(contents, verify)
+        raise PackageError(f"{path}: corrupt package: {_one_line(str(exc))}; {_WAY_OUT}") from None
     except Exception as exc:  # whatever else a crafted buffer trips: still one line, never a trace
-        _prefer_checksum_error(checksum)
+        _prefer_file_error(contents, verify)
         detail = str(exc).splitlines()[0] if str(exc) else ""
-        raise PackageError(f"{path}: corrupt package ({type(exc).__name__}: {detail})") from None
+        raise PackageError(f"{path}: corrupt package ({type(exc).__name__}: {detail}); {_WAY_OUT}") from None
 
 
-def _prefer_checksum_error(checksum: "_ChecksumCheck | None") -> None:
-    """A damaged file usually also trips a structural check; its checksum says it best."""
-    if checksum is not None:
-        checksum.raise_if_wrong()
+# Names and strings come from the file and may hold line breaks: shown escaped, the error stays one line.
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
-class _ChecksumCheck:
-    """The whole-file checksum, computed on a thread while the caller parses the file."""
+def _one_line(text: str) -> str:
+    return text.translate(_LINE_BREAKS)
 
-    def __init__(self, path: Path, mm: mmap.mmap, header: Header) -> None:
-        self.path, self.expected, self.actual = path, header.checksum, None
-        self.thread = threading.Thread(target=self._run, args=(mm,), daemon=True)
-        self.thread.start()
 
-    def _run(self, mm: mmap.mmap) -> None:
-        self.actual = file_checksum(memoryview(mm))
-
-    def raise_if_wrong(self) -> None:
-        self.thread.join()
-        if self.actual != self.expected:
-            raise PackageError(f"{self.path}: checksum mismatch: the package is corrupt; copy or pack it again")
+def _prefer_file_error(contents: "_Contents | None", verify: bool) -> None:
+    """A damaged file usually also trips a structural check; a failed read or the checksum says
+    it best."""
+    if contents is not None:
+        contents.wait()
+        if verify:
+            contents.check()
 
 
 # -- the file ----------------------------------------------------------------------------------
-def _map(path: Path) -> mmap.mmap:
-    """The file mapped read-only; its size is checked against the header before any other read."""
+class _Contents:
+    """The package's bytes in memory this process owns, read once.
+
+    Reads and checks the header, allocates the buffer (64-byte aligned, so blob offsets are
+    aligned addresses), reads the graph section, then the blob area (when ``read_blobs``): on a
+    second thread when it is large, while the caller builds the graph (the read releases the
+    GIL). ``data`` is a read-only view of the buffer: every array handed out is a view of it and
+    keeps it alive, and the checksum (:meth:`check`) covers exactly these bytes.
+    """
+
+    def __init__(self, path: Path, read_blobs: bool) -> None:
+        self.path = path
+        self.file = _open_file(path)
+        self.reader: threading.Event | None = None  # set when the background read is over
+        self.error: BaseException | None = None
+        try:
+            self._read_header()
+            self._read(self.header.fb_offset, self.header.file_size)
+            if not read_blobs:
+                self.file.close()
+            elif self.header.blob_size < _BACKGROUND_READ:  # a thread costs more than the read
+                self._read_blobs()
+            else:
+                self.reader = _WORKER.submit(self._read_blobs)
+        except BaseException:
+            self.file.close()
+            raise
+        self.data = self.buffer.view()
+        self.data.flags.writeable = False
+
+    def _read_header(self) -> None:
+        path, f = self.path, self.file
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(HEADER_SIZE)
+        start = head[:len(MAGIC)]
+        if not start or not MAGIC.startswith(start):  # a shorter prefix is a truncated package
+            raise PackageError(f"{path}: not an edgesdk package (no EDGEPKG header)")
+        if len(head) < HEADER_SIZE:
+            raise PackageError(f"{path}: truncated package: {len(head)} bytes, less than the "
+                               f"{HEADER_SIZE}-byte header")
+        self.header = h = Header.unpack(head)
+        _check_header(path, h, size)
+        self.buffer = _aligned_bytes(h.file_size)
+        self.buffer[:HEADER_SIZE] = np.frombuffer(head, np.uint8)
+
+    def _read(self, begin: int, end: int) -> None:
+        """buffer[begin:end) from the file: one call unless over 2 GB, or the file shrinks (is being
+        rewritten) under us."""
+        self.file.seek(begin)
+        view, at = memoryview(self.buffer), begin
+        while at < end:
+            n = self.file.readinto(view[at:end])
+            if not n:
+                raise PackageError(f"{self.path}: truncated package: the file ended at byte {at}, the header "
+                                   f"says {self.header.file_size} (was it overwritten while being read?)")
+            at += n
+
+    def _read_blobs(self) -> None:
+        try:
+            self._read(self.header.blob_offset, self.header.fb_offset)
+        except BaseException as exc:  # raised again on the caller's thread, by wait()
+            self.error = exc if isinstance(exc, PackageError) else PackageError(
+                f"{self.path}: cannot read the package ({getattr(exc, 'strerror', None) or exc})")
+        finally:
+            self.file.close()
+
+    def graph_section(self) -> np.ndarray:
+        return self.data[self.header.fb_offset:]
+
+    def wait(self) -> None:
+        """Until the blob area is in memory (array contents are read only after this)."""
+        if self.reader is not None:
+            self.reader.wait()
+            self.reader = None
+        if self.error is not None:
+            raise self.error
+
+    def check(self) -> None:
+        """The checksum of the bytes read (the blob area included) against the header's."""
+        self.wait()
+        if file_checksum(memoryview(self.data)) != self.header.checksum:
+            raise PackageError(f"{self.path}: checksum mismatch: the package is corrupt; copy or pack it again")
+
+
+_BACKGROUND_READ = 1 << 20  # blob areas from this size are read on a thread
+
+
+class _Worker:
+    """One long-lived daemon thread for the background reads (starting a thread per load cost a
+    quarter of a millisecond, a tenth of opening MobileNetV2). Jobs run one at a time."""
+
+    def __init__(self) -> None:
+        self.jobs: SimpleQueue[tuple[Callable[[], None], threading.Event]] = SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> threading.Event:
+        """Run ``job`` (which must not raise) on the worker; the event is set when it is over."""
+        done = threading.Event()
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():  # first use, or a forked child
+                self.thread = threading.Thread(target=self._run, name="edgesdk-package-reader", daemon=True)
+                self.thread.start()
+            self.jobs.put((job, done))
+        return done
+
+    def _run(self) -> None:
+        while True:
+            job, done = self.jobs.get()
+            try:
+                job()
+            finally:
+                done.set()
+
+
+_WORKER = _Worker()
+
+
+def _open_file(path: Path) -> Any:
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            start = f.read(len(MAGIC))
-            if not start or not MAGIC.startswith(start):  # a shorter prefix is a truncated package
-                raise PackageError(f"{path}: not an edgesdk package (no EDGEPKG header)")
-            if size < HEADER_SIZE:
-                raise PackageError(f"{path}: truncated package: {size} bytes, less than the "
-                                   f"{HEADER_SIZE}-byte header")
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return open(path, "rb", buffering=0)
     except FileNotFoundError:
         raise PackageError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise PackageError(f"{path}: cannot read the package ({getattr(exc, 'strerror', None) or exc})") from None
+    except OSError as exc:
+        raise PackageError(f"{path}: cannot read the package ({exc.strerror or exc})") from None
+
+
+def _aligned_bytes(size: int) -> np.ndarray:
+    """``size`` uninitialised bytes starting at a multiple of ALIGN (numpy only promises 16)."""
+    raw = np.empty(size + ALIGN, np.uint8)
+    skip = -raw.ctypes.data % ALIGN
+    return raw[skip:skip + size]
 
 
 def _check_header(path: Path, h: Header, size: int) -> None:
@@ -132,25 +258,18 @@ def _check_header(path: Path, h: Header, size: int) -> None:
         raise _Corrupt("inconsistent header (region sizes)")
 
 
-def _open(path: Path) -> tuple[mmap.mmap, Header]:
-    """The mapped file and its checked header."""
-    mm = _map(path)
-    header = Header.unpack(mm)
-    _check_header(path, header, len(mm))
-    return mm, header
-
-
 class _Package:
-    """A checked, mapped package: header, flatbuffer root, blob table."""
+    """A checked package in memory: header, flatbuffer root, blob table."""
 
-    def __init__(self, path: Path, mm: mmap.mmap, header: Header) -> None:
-        self.path, self.mm, self.header = path, mm, header
+    def __init__(self, contents: _Contents) -> None:
+        self.contents, self.path, self.header = contents, contents.path, contents.header
         h = self.header
-        fb = inflate_graph_section(self.mm[h.fb_offset:h.fb_offset + h.fb_size], h.fb_inflated_size)
+        fb = inflate_graph_section(contents.graph_section(), h.fb_inflated_size)
         if fb is None:
             raise _Corrupt("the graph section does not inflate to the size its header gives")
+        fb = bytes(fb)  # the flatbuffers runtime slices its buffer and decodes the slices
         if fb[4:8] != FILE_IDENTIFIER:
-            raise PackageError(f"{path}: not an edgesdk package (flatbuffer identifier "
+            raise PackageError(f"{self.path}: not an edgesdk package (flatbuffer identifier "
                                f"{fb[4:8]!r}, expected {FILE_IDENTIFIER!r})")
         self.r = _Reader(len(fb))
         self.model = Model.GetRootAs(fb, 0)
@@ -187,7 +306,8 @@ class _Package:
         return list(zip((offsets + self.header.blob_offset).tolist(), sizes.tolist()))
 
     def array(self, blob: int, offset: int, dtype: np.dtype | None, shape: tuple[int, ...], what: str) -> np.ndarray:
-        """A read-only view of dtype[shape] at ``offset`` inside blob ``blob`` of the mapping: no copy."""
+        """A read-only view of dtype[shape] at ``offset`` inside blob ``blob`` of the file's
+        bytes: no copy."""
         if not 0 < blob < len(self.blobs):
             raise _Corrupt(f"{what} refers to blob {blob}; the package has {len(self.blobs)}")
         if dtype is None:
@@ -197,7 +317,7 @@ class _Package:
         if offset % ARRAY_ALIGN or offset + count * dtype.itemsize > size:
             raise _Corrupt(f"{what}: {dtype.name}{list(shape)} at offset {offset} does not fit blob {blob} "
                            f"({size} bytes) or is not {ARRAY_ALIGN}-byte aligned")
-        return np.frombuffer(self.mm, dtype, count, start + offset).reshape(shape)
+        return np.frombuffer(self.contents.data, dtype, count, start + offset).reshape(shape)
 
     # -- the graph
     def graph(self) -> Graph:
@@ -212,12 +332,16 @@ class _Package:
                 data = self.array(c.blobs[i], c.offsets[i], dtype, shape, f"tensor {name!r}")
                 tensors.append(Tensor.trusted(name, shape, dtype, data))
             elif i in encodings:
+                if dtype != np.float32:  # every encoding decodes to float32
+                    raise _Corrupt(f"tensor {name!r} is encoded but declared {dtype}, not float32")
                 tensors.append(Tensor.trusted(name, shape, dtype, encoding=self._encoding(encodings[i], name, shape)))
             else:
                 tensors.append(Tensor.trusted(name, shape, dtype))
         graph.tensors = {t.name: t for t in tensors}
         if len(graph.tensors) != len(tensors):
             raise _Corrupt("duplicate tensor names")
+        if "" in graph.tensors:  # "" marks an omitted input: the writer never stores a tensor so named
+            raise _Corrupt("a tensor has an empty name")
         graph.inputs = _names(c.inputs, c.tensor_names, "graph inputs")
         graph.outputs = _names(c.outputs, c.tensor_names, "graph outputs")
         graph.nodes = list(self._nodes())
@@ -231,6 +355,8 @@ class _Package:
                                              "recipe": package["recipe"], "layers": package["layers"]}
         graph.metadata["package"] = package
         _check_runnable(graph)
+        self.contents.wait()  # the encodings' checks read their arrays
+        _check_encodings(graph)
         return graph
 
     def _nodes(self) -> Iterator[Node]:
@@ -471,8 +597,9 @@ _SCALAR_SHAPES = {ValueKind.INT: (1, 0), ValueKind.FLOAT: (0, 1), ValueKind.BOOL
 
 def _dtypes(codes: np.ndarray, what: str) -> list[np.dtype]:
     dtypes = [dtype_from_code(code) for code in codes.tolist()]
-    if None in dtypes:
-        raise _Corrupt(f"{what} {dtypes.index(None)} has an unknown dtype code")
+    unknown = [i for i, dtype in enumerate(dtypes) if dtype is None]  # not `None in`: float64 == None
+    if unknown:
+        raise _Corrupt(f"{what} {unknown[0]} has an unknown dtype code")
     return dtypes
 
 
@@ -481,7 +608,7 @@ def _shapes(ranks: np.ndarray, dims: np.ndarray, count: int, what: str) -> list[
     if len(ranks) != count or int(ranks.sum()) != len(dims):
         raise _Corrupt(f"{what} ranks and shapes disagree in length")
     if dims.size and not (int(dims.min()) >= 0 and int(dims.max()) < _MAX_DIM):
-        raise _Corrupt(f"a {what} has an invalid shape")
+        raise _Corrupt(f"an invalid shape among the {what} shapes")
     flat = dims.tolist()
     ends = np.cumsum(ranks, dtype=np.int64).tolist()
     return [tuple(flat[end - rank:end]) for end, rank in zip(ends, ranks.tolist())]
@@ -554,8 +681,10 @@ class _Reader:
 
 def _check_runnable(graph: Graph) -> None:
     """What a hand-built Graph is checked for before it runs (defined inputs, ops with kernels,
-    shapes that follow from the attributes), so that a crafted package fails here, in one line,
-    rather than in a backend. Linear: the stored node order must already be topological."""
+    shapes that follow from the attributes) and what the importer guarantees of the graphs it
+    builds (:func:`check_graph`: arity, attribute kinds, dtypes, single assignment), so that a
+    crafted package fails here, in one line, rather than in a backend. Linear: the stored node
+    order must already be topological."""
     available = {name for name, t in graph.tensors.items() if t.is_constant} | set(graph.inputs)
     for node in graph.nodes:
         missing = [i for i in node.inputs if i and i not in available]
@@ -565,10 +694,24 @@ def _check_runnable(graph: Graph) -> None:
     missing = [o for o in graph.outputs if o not in available]
     if missing:
         raise _Corrupt(f"graph output {missing[0]!r} is never computed")
+    check_graph(graph)
     try:
         infer_shapes(graph)
+    except ModelTooLargeError:  # a sound package too large for this machine: say so, typed
+        raise
     except EdgeSDKError as exc:
         raise _Corrupt(str(exc)) from None
+
+
+def _check_encodings(graph: Graph) -> None:
+    """Every encoding against its tensor (Encoding.validate): bit widths, dtypes, stream lengths,
+    index ranges; what the kernels that read encodings directly cannot check themselves."""
+    for tensor in graph.tensors.values():
+        if tensor.encoding is not None:
+            try:
+                tensor.encoding.validate()
+            except EdgeSDKError as exc:
+                raise _Corrupt(f"tensor {tensor.name!r} ({tensor.encoding.kind}): {exc}") from None
 
 
 def _indices(indices: list[int], n: int, what: str, optional: bool = False) -> list[int]:
