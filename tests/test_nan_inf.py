@@ -263,3 +263,31 @@ def test_one_nan_pixel_makes_the_default_model_logits_nan(backend) -> None:
     sess = edgesdk.Session(str(path), backend=name, precision=precision)
     got = sess.run({sess.input_names[0]: x})[sess.output_names[0]]
     assert np.isnan(got).all(), f"{name} {precision}: {got}"
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("m, k", [(1, 5), (1, 64), (1, 130), (2, 5), (2, 130)])
+def test_infinite_codebook_entries_give_what_the_decoded_weights_give(m: int, k: int, per_channel: bool,
+                                                                      backend) -> None:
+    """A clustered layer runs straight from its codebook on cpu (the GEMV at batch 1): the packing
+    pads K to the kernel's block, and padded columns must add exactly 0 (not entry 0 x 0 = NaN when
+    entry 0 is inf)."""
+    import dataclasses
+
+    from edgesdk.compress import LayerSettings, Recipe, compress_model
+    name, precision = backend
+    n = 7
+    w = R.standard_normal((k, n)).astype(np.float32)
+    model = single_node_model("Gemm", (m, k), {"W": w}, transB=0)
+    graph, _ = compress_model(model, Recipe(LayerSettings(cluster_bits=2, per_channel=per_channel)))
+    tensor = next(t for t in graph.tensors.values() if t.encoding is not None)
+    book = tensor.encoding.codebook.copy()
+    book[:, 0] = INF  # every column that uses entry 0 is +inf; the inputs below are positive
+    tensor.encoding = dataclasses.replace(tensor.encoding, codebook=book)
+    tensor._data = None
+    x = (R.random((m, k)) + 0.5).astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = x @ tensor.data.reshape(n, k).T if tensor.data.shape == (n, k) else x @ tensor.data
+    got = edgesdk.Session(graph, backend=name, precision=precision).run({"x": x})[graph.outputs[0]]
+    rtol = 1e-4 if precision == "fp32" else 2e-2
+    assert_same_specials(got, want.astype(np.float32), rtol, f"Gemm K={k} inf codebook on {name} {precision}")

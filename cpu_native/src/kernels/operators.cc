@@ -1,6 +1,7 @@
 // Drivers around the microkernels: packing, cache blocking, tiling for threads, plans.
 #include "kernels/operators.h"
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -450,14 +451,26 @@ ClusteredWeights pack_clustered_impl(const uint8_t* indices, unsigned bits, size
     nibble_byte_of[nibble_column(p)] = p * 2;           // low nibble of byte p
     nibble_byte_of[32 + nibble_column(p)] = p * 2 + 1;  // high nibble
   }
+  // Columns past k meet zeros in the padded input, so they add entry * 0: exactly 0 only when the
+  // entry is finite (inf * 0 is NaN where ONNX Runtime, summing k columns, gives inf). Padding
+  // points at the row's first finite entry (entry 0 when none is: the row is non-finite anyway).
+  auto padding_index = [&](size_t r) -> uint32_t {
+    const size_t g = per_row ? r : 0;
+    for (size_t e = 0; e < entries; ++e)
+      if (std::isfinite(source_value(codebook, g * entries + e))) return static_cast<uint32_t>(e);
+    return 0;
+  };
   for (size_t r = 0; r < n; ++r) {
     uint32_t* row = out.words.data() + r * out.words_per_row;
-    for (size_t col = 0; col < k; ++col) {
-      // Read entry (r, col) of the LSB-first bit stream; it may straddle two bytes.
-      const size_t bit = (r * k + col) * bits;
-      uint32_t v = indices[bit / 8];
-      if (bit % 8 + bits > 8) v |= static_cast<uint32_t>(indices[bit / 8 + 1]) << 8;
-      const uint32_t idx = (v >> (bit % 8)) & field_mask;
+    const uint32_t pad_idx = padding_index(r);
+    for (size_t col = 0; col < out.padded_k; ++col) {
+      uint32_t idx = pad_idx;
+      if (col < k) {  // entry (r, col) of the LSB-first bit stream; it may straddle two bytes
+        const size_t bit = (r * k + col) * bits;
+        uint32_t v = indices[bit / 8];
+        if (bit % 8 + bits > 8) v |= static_cast<uint32_t>(indices[bit / 8 + 1]) << 8;
+        idx = (v >> (bit % 8)) & field_mask;
+      }
       if (out.nibbles) {
         const size_t nib = (col / 64) * 64 + nibble_byte_of[col % 64];  // nibble index in the row
         row[nib / 8] |= idx << (nib % 8 * 4);
