@@ -372,12 +372,14 @@ def check_tensor_size(name: str, shape: Sequence[int], dtype: Any, *, role: str 
     :func:`size_limit`) or when a dimension is past the 64-bit range numpy and the kernels
     index. ``role`` is "input", "activation", "constant" or "scratch" (memory a kernel needs
     beyond its output, e.g. a padded input; ``name`` then says what it is)."""
-    shape = tuple(int(d) for d in shape)
-    if any(d < 0 for d in shape):
-        raise UnsupportedModelError(f"{_subject(name, shape, dtype, role, node)} has a negative dimension")
+    shape = tuple(map(int, shape))
     limit = limit or size_limit()
     itemsize = np.dtype(dtype).itemsize
     nbytes = math.prod(shape) * itemsize
+    if 0 < nbytes <= limit.nbytes and nbytes <= INT64_MAX and min(shape, default=1) > 0:
+        return nbytes  # the common case, checked once per tensor at every load: keep it cheap
+    if any(d < 0 for d in shape):
+        raise UnsupportedModelError(f"{_subject(name, shape, dtype, role, node)} has a negative dimension")
     if nbytes > limit.nbytes:
         raise ModelTooLargeError(
             f"{_subject(name, shape, dtype, role, node)} would need {format_bytes(nbytes)}, more than "
