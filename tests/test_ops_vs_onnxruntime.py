@@ -161,6 +161,14 @@ def test_pad_negative_crops() -> None:
     check(single_node_model("Pad", x.shape, {"pads": np.array([0, 0, -1, 2, 0, 0, 1, -2], np.int64)}), x)
 
 
+@pytest.mark.parametrize("pads", [[0, 0, 10, 0, 0, 0, -10, 0], [0, 0, -10, 0, 0, 0, 10, 0],
+                                  [0, 0, 6, -5, 0, 0, -9, 2], [0, 0, -4, 0, 0, 0, 3, 0]])
+def test_pad_crop_larger_than_the_dimension_eats_the_padding(pads: list[int]) -> None:
+    # +10 / -10 on a dimension of 4: four padding values (crop-then-pad gave 10)
+    x = rand(1, 2, 4, 5)
+    check(single_node_model("Pad", x.shape, {"pads": np.array(pads, np.int64), "value": np.float32(0.25)}), x)
+
+
 def test_layout_ops() -> None:
     x = rand(2, 3, 4, 5)
     check(single_node_model("Transpose", x.shape, perm=[0, 2, 3, 1]), x)
