@@ -18,6 +18,10 @@ TEST_APT_PACKAGES := ocl-icd-opencl-dev opencl-headers clinfo oclgrind g++-aarch
                      isolinux syslinux-common
 PYTEST_ARGS ?=
 NATIVE_SOURCES := $(shell find cpu_native -type f 2>/dev/null) CMakeLists.txt
+# The editable install (scikit-build-core's redirect mode) lists the package's modules when it is
+# made: a module added or removed since (edgesdk/cli.py -> edgesdk/cli/) needs a reinstall. Adding
+# or removing a file changes its folder's mtime, so the folders are prerequisites of the stamps.
+PACKAGE_DIRS := $(shell find edgesdk -type d -not -name __pycache__ 2>/dev/null)
 
 .PHONY: demo test setup demo-setup demo-packages test-packages bench clean
 
@@ -52,13 +56,13 @@ apt_install = @missing=$$(for p in $(1); do \
 # Each stamp re-installs when the project metadata or the native sources change. The demo gets
 # the runtime dependencies plus ONNX Runtime (the `bench` extra: the baseline quickstart compares
 # against); the tests get the `dev` extra, a superset, so installing it satisfies the demo too.
-$(VENV)/.installed-demo: pyproject.toml $(NATIVE_SOURCES)
+$(VENV)/.installed-demo: pyproject.toml $(NATIVE_SOURCES) $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(NATIVE_SOURCES)
+$(VENV)/.installed-dev: pyproject.toml $(NATIVE_SOURCES) $(PACKAGE_DIRS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev]"

@@ -84,13 +84,13 @@ def main(argv=None) -> int:
     p.add_argument("--input-shape", action="append", metavar="NAME=DxD...")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from edgesdk.cli import _parse_input_shapes
+    from edgesdk.cli.inputs import parse_input_shapes
     results = []
     try:
         for model in resolve_models(args.model):
             for threads in args.threads:
                 r = bench(model, args.backend, threads, args.precision, args.rounds, args.min_time,
-                          _parse_input_shapes(args.input_shape))
+                          parse_input_shapes(args.input_shape))
                 results.append(r)
                 if not args.json:
                     print_result(r)

@@ -187,7 +187,7 @@ def _session(args: argparse.Namespace):
 
 def _feeds(args: argparse.Namespace, session) -> dict:
     """From --input (.npy/.npz, as `edgesdk run --input`), else seeded random inputs."""
-    from edgesdk.cli import load_feeds
+    from edgesdk.cli.inputs import load_feeds
     from edgesdk.profile.collect import random_feeds
     if args.input is None:
         return random_feeds(session, args.seed)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, RemoteError
+from .output import EXIT_USAGE, describe_array, emit_json, print_error
 
-EXIT_FAILED = 2  # like every other edgesdk error
+EXIT_FAILED = EXIT_USAGE  # like every other edgesdk error
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -88,12 +88,12 @@ def _commands():
     if importlib.util.find_spec("paramiko") is None:
         raise RemoteError("`edgesdk remote` needs paramiko on this machine: pip install paramiko (or, in the "
                           "edgesdk source checkout, pip install -e '.[host]')")
-    from . import commands
+    from ..remote import commands
     return commands
 
 
 def _targets(args: argparse.Namespace):
-    from .inventory import resolve_targets
+    from ..remote.inventory import resolve_targets
     if args.targets and args.target:
         raise InputError("give either TARGET or --targets, not both")
     if args.targets:
@@ -137,7 +137,7 @@ def _report_failures(args: argparse.Namespace, outcomes) -> int:
     if args.debug and len(outcomes) == 1 and failed:
         raise failed[0].exception
     for outcome in failed:
-        print(f"edgesdk: error: {outcome.target.name}: {outcome.error}", file=sys.stderr)
+        print_error(f"{outcome.target.name}: {outcome.error}")
     return EXIT_FAILED if failed else 0
 
 
@@ -159,8 +159,7 @@ def _execute(args: argparse.Namespace, make_job) -> list:
 def cmd_info(args: argparse.Namespace) -> int:
     outcomes = _execute(args, lambda commands, settings, targets: commands.info_job(settings))
     if args.json:
-        from ..cli import _emit_json
-        _emit_json(_json_outcomes(outcomes, lambda r: r))
+        emit_json(_json_outcomes(outcomes, lambda r: r))
     else:
         for outcome in (o for o in outcomes if o.ok):
             _print_info(outcome.target, outcome.result)
@@ -168,7 +167,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def _print_info(target, result: dict[str, Any]) -> None:
-    from .transfer import format_size
+    from ..remote.transfer import format_size
     info, sdk = result["info"], result["sdk"]
     system, cpu, memory = info["os"], info["cpu"], info["memory"]
     address = target.address if target.address != target.name else ""
@@ -209,10 +208,9 @@ def cmd_push(args: argparse.Namespace) -> int:
     package = _existing_file(args.package, "package")
     outcomes = _execute(args, lambda commands, settings, targets: commands.push_job(package, settings))
     if args.json:
-        from ..cli import _emit_json
-        _emit_json(_json_outcomes(outcomes, lambda r: r))
+        emit_json(_json_outcomes(outcomes, lambda r: r))
     else:
-        from .transfer import format_size
+        from ..remote.transfer import format_size
         for outcome in (o for o in outcomes if o.ok):
             r = outcome.result
             sdk = f"edgesdk {r['sdk']['version']} {'installed' if r['sdk']['installed'] else 'already installed'}"
@@ -246,14 +244,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 lambda target: _output_path(args.output, target.name, several))
 
     outcomes = _execute(args, make_job)
-    from ..cli import _describe, _emit_json
     if args.json:
-        _emit_json(_json_outcomes(outcomes, lambda r: {
+        emit_json(_json_outcomes(outcomes, lambda r: {
             "run": r["run"], "saved_to": r["saved_to"],
-            "outputs": {name: _describe(value) for name, value in r["outputs"].items()}}))
+            "outputs": {name: describe_array(value) for name, value in r["outputs"].items()}}))
     else:
         for outcome in (o for o in outcomes if o.ok):
-            _print_run(outcome.target.name, outcome.result, _describe)
+            _print_run(outcome.target.name, outcome.result, describe_array)
         _print_agreement([o for o in outcomes if o.ok])
     return _report_failures(args, outcomes)
 
@@ -286,8 +283,8 @@ def _print_agreement(outcomes) -> None:
 
 # -- profile ---------------------------------------------------------------------------------
 def cmd_profile(args: argparse.Namespace) -> int:
-    from ..profile.cli import print_summary, run_summary
     from ..profile.report import compare_runs, default_out_dir, prepare_out_dir, write_reports
+    from .profile import print_summary, run_summary
     package = _existing_file(args.package, "package")
     commands = _commands()
     targets = _targets(args)
@@ -304,8 +301,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # every target failed: no empty report folder left behind
     if args.json:
-        from ..cli import _emit_json
-        _emit_json({"out_dir": str(out) if files else None, "files": {k: str(v) for k, v in (files or {}).items()},
+        emit_json({"out_dir": str(out) if files else None, "files": {k: str(v) for k, v in (files or {}).items()},
                     "comparison": compare_runs(runs) if runs else None,
                     **_json_outcomes(outcomes, lambda r: run_summary(r, args.top))})
     elif files:

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .latency import format_ms
-from .report import REPORT_FILES, compare_runs, default_out_dir, format_bytes, prepare_out_dir, write_reports
+from ..profile.latency import format_ms
+from ..profile.report import REPORT_FILES, compare_runs, default_out_dir, format_bytes, prepare_out_dir, write_reports
+from .inputs import open_session
+from .output import emit_json, table
 
 
 def add_profile_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -35,14 +37,13 @@ def add_profile_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from ..cli import _emit_json, _session
+    from ..profile.collect import profile_session
     from ..progress import Progress
-    from .collect import profile_session
     if args.iters < 1 or args.warmup < 0:
         raise InputError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters} and {args.warmup})")
     backends, precisions = _distinct(args.backend or ["reference"]), _distinct(args.precision or ["fp32"])
     # Every session is made before anything is measured: a bad backend, precision or model fails at once.
-    sessions = [_session(args, backend=b, precision=p) for b, p in itertools.product(backends, precisions)]
+    sessions = [open_session(args, backend=b, precision=p) for b, p in itertools.product(backends, precisions)]
     out = Path(args.out) if args.out else default_out_dir(Path(args.model).stem, "+".join(backends))
     created = not out.exists()
     prepare_out_dir(out)
@@ -58,7 +59,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
             out.rmdir()  # no half-made empty folder left behind
         raise
     if args.json:
-        _emit_json({"out_dir": str(out), "files": {k: str(v) for k, v in files.items()},
+        emit_json({"out_dir": str(out), "files": {k: str(v) for k, v in files.items()},
                     "comparison": compare_runs(runs), "runs": [run_summary(run, args.top) for run in runs]})
     else:
         print_summary(args.model, runs, files, args.top, notes=not getattr(args, "quiet", False))
@@ -84,21 +85,20 @@ def print_summary(model: str, runs: list[dict[str, Any]], files: dict[str, Path]
                   notes: bool = True) -> None:
     """The text report of ``edgesdk profile`` (and ``remote profile``); ``notes=False`` (-q) leaves
     out the runs' notes."""
-    from ..cli import _table
     first = runs[0]
     print(f"{model}: {len(runs)} run{'s' if len(runs) != 1 else ''}, each {first['warmup']} warm-up, "
           f"{first['iters']} timed and {first['iters']} profiled runs")
     rows = [[r["label"], r["device"], format_ms(r["latency"]["median_ms"]), format_ms(r["latency"]["p90_ms"]),
              format_bytes(r["memory"]["peak_bytes"]), ", ".join(f"{k} {v}" for k, v in r["placements"].items())]
             for r in runs]
-    print(_table(rows, ["run", "device", "median", "p90", "peak memory", "placements"], right={2, 3, 4}))
+    print(table(rows, ["run", "device", "median", "p90", "peak memory", "placements"], right={2, 3, 4}))
     for run in runs:
         total = sum(op["median_ms"] for op in run["ops"]) or 1.0
         rows = [[op["node"], op["op"], op["placement"], format_ms(op["median_ms"]),
                  f"{100 * op['median_ms'] / total:.1f} %"] for op in _slowest(run, top)]
         if rows:
             print(f"\nslowest ops, {run['label']}:")
-            print(_table(rows, ["node", "op", "placement", "median", "share"], right={3, 4}))
+            print(table(rows, ["node", "op", "placement", "median", "share"], right={3, 4}))
         for note in run["notes"] if notes else ():
             print(f"note ({run['label']}): {note}")
     print()

@@ -1,0 +1,153 @@
+"""``edgesdk pack|finetune``: compress a model into an .edgepkg, with or without fine-tuning."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .inputs import check_output_folder, parse_input_shapes, percentage_points
+from .output import bars, emit_json, format_bytes, format_count, notes, table
+
+
+def compression_options() -> argparse.ArgumentParser:
+    """The options pack and finetune share: -o, --recipe and the recipe flags, --max-drop."""
+    compression = argparse.ArgumentParser(add_help=False)
+    compression.add_argument("-o", "--output", required=True, help="the .edgepkg to write")
+    compression.add_argument("--recipe", help="a JSON or YAML recipe (per-layer settings); flags override its defaults. "
+                             "finetune also takes a built-in digits recipe by name, e.g. prune+cluster2-25x")
+    compression.add_argument("--prune", type=float, help="per-layer magnitude sparsity, e.g. 0.5")
+    compression.add_argument("--global-prune", type=float, help="one magnitude threshold across all layers")
+    compression.add_argument("--cluster-bits", type=int, help="k-means codebook of 2^B entries (1..8)")
+    compression.add_argument("--per-channel", action="store_true", help="one codebook per output channel")
+    compression.add_argument("--init", choices=["linear", "kmeans++"], help="k-means initialisation (default linear)")
+    compression.add_argument("--nnm-rate", type=float, help="output-channel clustering: fraction of filters removed")
+    compression.add_argument("--nnm-mode", choices=["shared", "per_input_channel"])
+    compression.add_argument("--fp16", action="store_true", help="store weights, codebooks and centroids as half")
+    compression.add_argument("--strict-recipe", action="store_true",
+                             help="a recipe pattern that matches no layer is an error (default: a warning)")
+    compression.add_argument("--max-drop", type=percentage_points, metavar="PP",
+                             help="refuse to write the package if accuracy fell by more than PP percentage points "
+                                  "against the uncompressed model (needs an evaluation dataset)")
+    return compression
+
+
+# -- pack ------------------------------------------------------------------------------------
+def _recipe_from_args(args: argparse.Namespace, base=None):
+    import dataclasses
+
+    from ..compress.recipe import LayerSettings, Recipe
+    recipe = Recipe.load(args.recipe) if args.recipe else base if base is not None else Recipe()
+    flags = {"prune": args.prune, "cluster_bits": args.cluster_bits, "per_channel": args.per_channel or None,
+             "init": args.init, "nnm_rate": args.nnm_rate, "nnm_mode": args.nnm_mode, "fp16": args.fp16 or None}
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    default = LayerSettings(**{**dataclasses.asdict(recipe.default), **overrides})
+    global_prune = args.global_prune if args.global_prune is not None else recipe.global_prune
+    return dataclasses.replace(recipe, default=default, global_prune=global_prune)
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from ..datasets import load_dataset
+    from ..pack import AccuracyDropError, pack_model
+    from ..progress import Progress
+    if args.max_drop is not None and not args.eval:
+        raise InputError("--max-drop needs --eval DATA: the accuracy drop is measured on that dataset")
+    check_output_folder(args.output)
+    recipe = _recipe_from_args(args)
+    data = load_dataset(args.eval) if args.eval else None
+    shapes, bar = parse_input_shapes(args.input_shape), Progress("packing", leave=False)
+    try:
+        result = pack_model(args.model, args.output, recipe, data=data, input_shapes=shapes, progress=bar,
+                            max_drop=args.max_drop, unmatched="error" if args.strict_recipe else "warn")
+    except AccuracyDropError as exc:
+        raise exc.with_hint("try a gentler recipe (lower --prune, higher --cluster-bits), `edgesdk finetune` "
+                            "with the same recipe, or a larger --max-drop") from None
+    if args.json:
+        emit_json(result.to_dict())
+        return 0
+    rows = [[str(i), r.name, r.op, r.encoding, format_count(r.params), format_bytes(r.bytes_before),
+             format_bytes(r.bytes_after), f"{r.ratio:.1f}x", f"{r.error_rms:.3f}"]
+            for i, r in enumerate(result.layers)]
+    print(table(rows, ["#", "layer", "op", "encoding", "params", "fp32", "stored", "ratio", "rel.err"],
+                 right={0, 4, 5, 6, 7, 8}))
+    before = sum(r.bytes_before for r in result.layers)
+    after = sum(r.bytes_after for r in result.layers)
+    print(f"\nweights: {format_bytes(before)} -> {format_bytes(after)} ({before / max(1, after):.1f}x)")
+    print(f"file:    {args.model} {format_bytes(result.source_bytes)} -> {args.output} "
+          f"{format_bytes(result.package_bytes)} ({result.ratio:.1f}x smaller)")
+    if result.accuracy is not None:
+        print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% "
+              f"(uncompressed {100 * result.baseline_accuracy:.2f}%, "
+              f"{100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
+    return 0
+
+
+# -- finetune --------------------------------------------------------------------------------
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from ..pack import AccuracyDropError, compress_model, pack_model
+    from ..progress import Progress
+
+    model, recipe, train, test = _finetune_inputs(args)
+    finetuned = _finetune(model, recipe, train, test, args)
+    graph, _ = compress_model(finetuned, recipe, unmatched="ignore")  # reported before training
+    try:
+        result = pack_model(model, args.output, recipe, data=test, graph=graph,
+                            input_shapes=parse_input_shapes(args.input_shape), max_drop=args.max_drop,
+                            progress=Progress("packing", leave=False))
+    except AccuracyDropError as exc:
+        raise exc.with_hint("try more --epochs, a gentler recipe (lower --prune, higher --cluster-bits) "
+                            "or a larger --max-drop") from None
+    report = result.to_dict()
+    if args.json:
+        emit_json(report)
+        return 0
+    print(f"packed {args.output}: {format_bytes(result.package_bytes)}, {result.ratio:.1f}x smaller than "
+          f"{Path(model).name} ({format_bytes(result.source_bytes)})")
+    if result.accuracy is not None:
+        print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% (uncompressed "
+              f"{100 * result.baseline_accuracy:.2f}%, {100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
+    return 0
+
+
+def _finetune_inputs(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
+    """Everything fine-tuning needs, checked before training starts (it takes minutes): the model
+    path, the recipe, the datasets, --max-drop's dataset and the output folder."""
+    from ..datasets import digits_split, load_dataset
+    from ..models import default_model_path
+    model = args.model or str(default_model_path())
+    if args.max_drop is not None and args.train != "digits" and not args.test:
+        raise InputError("--max-drop needs a test dataset: pass --test DATA (with --train digits the digits "
+                         "test split is used)")
+    if args.beta is not None and not 0 < args.beta <= 1:
+        raise InputError(f"--beta must be in (0, 1], got {args.beta}")
+    check_output_folder(args.output)
+    builtin = _builtin_recipe(args.recipe)
+    if builtin is not None:
+        args.recipe = None
+    recipe = _recipe_from_args(args, builtin)
+    train, test = digits_split() if args.train == "digits" else (load_dataset(args.train), None)
+    if args.test:
+        test = load_dataset(args.test)
+    return model, recipe, train, test
+
+
+def _builtin_recipe(name: str | None):
+    """A recipe of edgesdk.compress.finetune.DIGITS_RECIPES named by --recipe (when no such file)."""
+    if not name or Path(name).exists():
+        return None
+    from ..compress.finetune import DIGITS_RECIPES
+    from ..compress.recipe import Recipe
+    return Recipe.from_dict(DIGITS_RECIPES[name]) if name in DIGITS_RECIPES else None
+
+
+def _finetune(model: str, recipe, train, test, args: argparse.Namespace):
+    from ..compress.finetune import finetune_graph
+    from ..loader import load_model
+    from ..passes import optimize
+    graph = load_model(model, parse_input_shapes(args.input_shape))
+    optimize(graph)
+    options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "beta": args.beta,
+                                 "batch_size": args.batch_size, "prune_ramp": args.prune_ramp}.items()
+               if v is not None}
+    return finetune_graph(graph, recipe, train, test=test, log=notes(args), progress=bars(),
+                          unmatched="error" if args.strict_recipe else "warn", **options)
