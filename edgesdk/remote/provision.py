@@ -211,13 +211,19 @@ def build_sdist(root: Path, digest: str, cache: Path | None = None) -> Path:
             raise ProvisionError(f"building the sdist for the board failed: {last} (needs {module} here: "
                                  f"pip install {module.replace('_', '-')}; or pass --sdist FILE)")
         built = Path(tmp) / done.stdout.strip().splitlines()[-1]
-        try:
-            os.rename(tmp, folder)  # atomic: another process may have built the same hash meanwhile
-        except OSError:
-            if not folder.is_dir():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+        _publish(Path(tmp), folder)
     return folder / built.name
+
+
+def _publish(tmp: Path, folder: Path) -> None:
+    """Rename the finished ``tmp`` folder to the cache ``folder``: atomic, and another process
+    that built the same hash meanwhile wins without harm."""
+    try:
+        os.rename(tmp, folder)
+    except OSError:
+        if not folder.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def assemble_sdist(files: dict[str, Path], version: str, digest: str, cache: Path | None = None) -> Path:
@@ -245,12 +251,7 @@ def assemble_sdist(files: dict[str, Path], version: str, digest: str, cache: Pat
             tar.addfile(info, io.BytesIO(pkg_info))
             for name in sorted(files):
                 tar.add(files[name], arcname=f"{top}/{name}", recursive=False, filter=anonymous)
-        try:
-            os.rename(tmp, folder)  # atomic: another process may have assembled the same hash meanwhile
-        except OSError:
-            if not folder.is_dir():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+        _publish(Path(tmp), folder)
     return folder / out.name
 
 
