@@ -202,6 +202,19 @@ inline floatV round_to_halfV(floatV v) {
 #define ACT_TANH 5
 #define ACT_HARD_SIGMOID 6
 #define ACT_HARD_SWISH 7
+#define ACT_GELU 8           // 0.5 x (1 + erf(x / sqrt 2))
+#define ACT_GELU_TANH 9      // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+#define ACT_ERF 10
+#define ACT_EXP 11
+#define ACT_LOG 12
+#define ACT_ABS 13
+#define ACT_SQRT 14
+#define ACT_RECIPROCAL 15
+#define ACT_NEG 16
+#define ACT_SQUARE 17
+#define ACT_SILU 18          // x * sigmoid(x)
+#define ACT_MISH 19          // x * tanh(softplus(x))
+#define ACT_SOFTPLUS 20      // log(1 + e^x)
 #ifndef ACT
 #define ACT ACT_NONE
 #endif
@@ -228,6 +241,8 @@ inline floatV round_to_halfV(floatV v) {
 // operand, so the clamps are comparisons, which are false for NaN and let it through; +-inf give
 // the limits (HardSwish(-inf) = -inf * 0 = NaN, as in ONNX Runtime).
 #define CLAMP_KEEP_NAN(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
+// Overflow-free logistic function for SiLU / GELU_TANH: 1/(1+e^-|v|) or e^-|v|/(1+e^-|v|).
+#define SIGMOID_OF(v) ((v) >= 0.0f ? 1.0f / (1.0f + exp(-fabs(v))) : exp(-fabs(v)) / (1.0f + exp(-fabs(v))))
 #if ACT == ACT_NONE
 #define ACTIVATE(v) (v)
 #elif ACT == ACT_RELU
@@ -245,6 +260,46 @@ inline floatV round_to_halfV(floatV v) {
 #define ACTIVATE(v) CLAMP_KEEP_NAN((v) * ACT_P0 + ACT_P1, 0.0f, 1.0f)
 #elif ACT == ACT_HARD_SWISH
 #define ACTIVATE(v) ((v) * CLAMP_KEEP_NAN((v) * (1.0f / 6.0f) + 0.5f, 0.0f, 1.0f))
+// Ids 8.. (appended): ternaries instead of select() so that scalar constants mix with vectors
+// (a vector condition selects per lane; both operands are evaluated, and an unselected lane's
+// inf or NaN is discarded). Every exp below has a non-positive argument, so nothing overflows.
+#elif ACT == ACT_GELU
+// -inf gives -inf * 0 = NaN, as ONNX Runtime's Gelu.
+#define ACTIVATE(v) (0.5f * (v) * (1.0f + erf((v) * M_SQRT1_2_F)))
+#elif ACT == ACT_GELU_TANH
+// 0.5 (1 + tanh(z)) = sigmoid(2z): no cancellation in 1 + tanh(z) for negative x; x^3 may
+// overflow to inf, where the sigmoid is exactly 0 or 1 (-inf: -inf * 0 = NaN, as ONNX Runtime).
+#define GELU_TANH_2Z(v) ((v) * (1.5957691216057308f + 0.07135481627260025f * (v) * (v)))
+#define ACTIVATE(v) ((v) * SIGMOID_OF(GELU_TANH_2Z(v)))
+#elif ACT == ACT_ERF
+#define ACTIVATE(v) erf(v)
+#elif ACT == ACT_EXP
+#define ACTIVATE(v) exp(v)
+#elif ACT == ACT_LOG
+#define ACTIVATE(v) log(v)
+#elif ACT == ACT_ABS
+#define ACTIVATE(v) fabs(v)
+#elif ACT == ACT_SQRT
+#define ACTIVATE(v) sqrt(v)
+#elif ACT == ACT_RECIPROCAL
+#define ACTIVATE(v) (1.0f / (v))
+#elif ACT == ACT_NEG
+#define ACTIVATE(v) (-(v))
+#elif ACT == ACT_SQUARE
+#define ACTIVATE(v) ((v) * (v))
+#elif ACT == ACT_SILU
+#define ACTIVATE(v) ((v) * SIGMOID_OF(v))
+#elif ACT == ACT_MISH
+// tanh(log(1 + e^x)) as a rational function of e = e^-|x| (no tanh, no log, no cancellation):
+// x >= 0: (1 + 2e) / (1 + 2e + 2e^2);  x < 0: n / (n + 2) with n = e (e + 2).
+// +inf gives inf * 1, -inf gives -inf * 0 = NaN (as ONNX Runtime's Mish).
+#define MISH_E(v) exp(-fabs(v))
+#define MISH_N(v) (MISH_E(v) * (MISH_E(v) + 2.0f))
+#define ACTIVATE(v) ((v) * ((v) >= 0.0f ? (1.0f + 2.0f * MISH_E(v)) / (1.0f + 2.0f * MISH_E(v) + 2.0f * MISH_E(v) * MISH_E(v)) \
+                                      : MISH_N(v) / (MISH_N(v) + 2.0f)))
+#elif ACT == ACT_SOFTPLUS
+// max(x, 0) + log1p(e^-|x|): +inf -> inf, -inf -> 0, NaN -> NaN (the comparison drops it, log1p keeps it).
+#define ACTIVATE(v) (((v) > 0.0f ? (v) : 0.0f) + log1p(exp(-fabs(v))))
 #endif
 
 // Horizontal sum of a floatV (pairwise, so the rounding does not depend on the lane order).

@@ -5,6 +5,12 @@
 #define OP_SUB 1
 #define OP_MUL 2
 #define OP_DIV 3
+// Appended codes. POW: ONNX Pow on floats, OpenCL's pow (C99 special values, as std::pow and
+// numpy: pow(x, 0) = 1 and pow(1, y) = 1 even for NaN, a negative base with a non-integer
+// exponent is NaN, with an odd integer one negative). PRELU: a is x, b the slope, broadcast by
+// the strides (y = x >= 0 ? x : x * slope; a NaN x stays NaN).
+#define OP_POW 4
+#define OP_PRELU 5
 #if OP == OP_ADD
 #define APPLY(a, b) ((a) + (b))
 #elif OP == OP_SUB
@@ -13,6 +19,10 @@
 #define APPLY(a, b) ((a) * (b))
 #elif OP == OP_DIV
 #define APPLY(a, b) ((a) / (b))
+#elif OP == OP_POW
+#define APPLY(a, b) pow((a), (b))
+#elif OP == OP_PRELU
+#define APPLY(a, b) ((a) >= 0.0f ? (a) : (a) * (b))
 #endif
 
 #ifdef BINARY_SAME

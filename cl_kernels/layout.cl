@@ -51,3 +51,61 @@ __kernel void pad_constant(__global const X_T* restrict x, __global Y_T* restric
     STORE_Y(y, i, v);
 }
 #endif
+
+#ifdef STRIDED_COPY
+// Generic rank-6 strided gather into a contiguous output: y[i] = x[BASE + sum_d i_d * S_d], where
+// (i_0..i_5) is i's index in the output dims D0..D5 (leading dims padded with 1s). Strides are
+// element strides into x and may be negative, 0 (broadcast / Expand) or > 1 (steps). Covers
+// Slice (any steps), Split (one launch per output), Expand / Tile-free broadcasts, Transpose, and
+// DepthToSpace / SpaceToDepth written as a 6-D transpose of a reshaped view; the host checks that
+// every offset stays inside x.
+// -D: STRIDED_COPY, TOTAL (= D0*...*D5), D0..D5, S0..S5, BASE (default 0), X_HALF, Y_HALF.
+// Buffers: x X_T[...], y Y_T[TOTAL].
+// NDRange: 1-D, global >= TOTAL (guarded), any local size.
+#ifndef BASE
+#define BASE 0
+#endif
+__kernel void strided_copy(__global const X_T* restrict x, __global Y_T* restrict y) {
+    const int i = get_global_id(0);
+    if (i >= TOTAL) return;
+    int rest = i;
+    const int i5 = rest % D5; rest /= D5;
+    const int i4 = rest % D4; rest /= D4;
+    const int i3 = rest % D3; rest /= D3;
+    const int i2 = rest % D2; rest /= D2;
+    const int i1 = rest % D1; rest /= D1;
+    const int src = BASE + rest * S0 + i1 * S1 + i2 * S2 + i3 * S3 + i4 * S4 + i5 * S5;
+    STORE_Y(y, i, LOAD_X(x, src));
+}
+#endif
+
+#ifdef GATHER_AXIS
+// Gather along one axis: x (OUTER, AXIS_IN, INNER), indices idx[NIDX] -> y (OUTER, NIDX, INNER),
+// y[o, j, k] = x[o, idx[j], k]. The host normalises negative indices (idx + AXIS_IN); an index
+// still outside [0, AXIS_IN) (invalid in ONNX) reads nothing and writes 0. Gather with an
+// N-D index tensor: flatten it, NIDX = its size (the output shape is the host's reshape).
+// -D: GATHER_AXIS, OUTER, AXIS_IN, INNER, NIDX, IDX_LONG (default 0: int32 indices; 1: int64
+//     `long` indices as ONNX stores them), X_HALF, Y_HALF.
+// Buffers: x X_T[OUTER*AXIS_IN*INNER], idx int[NIDX] (long with IDX_LONG=1), y Y_T[OUTER*NIDX*INNER].
+// NDRange: 1-D, global >= OUTER * NIDX * INNER (guarded), any local size.
+#ifndef IDX_LONG
+#define IDX_LONG 0
+#endif
+#if IDX_LONG
+typedef long GATHER_IDX_T;
+#else
+typedef int GATHER_IDX_T;
+#endif
+__kernel void gather_axis(__global const X_T* restrict x, __global const GATHER_IDX_T* restrict idx,
+                          __global Y_T* restrict y) {
+    const int i = get_global_id(0);
+    if (i >= OUTER * NIDX * INNER) return;
+    const int k = i % INNER;
+    const int j = (i / INNER) % NIDX;
+    const int o = i / (INNER * NIDX);
+    const GATHER_IDX_T a = idx[j];
+    float v = 0.0f;
+    if (a >= 0 && a < AXIS_IN) v = LOAD_X(x, (o * AXIS_IN + (int)a) * INNER + k);
+    STORE_Y(y, i, v);
+}
+#endif

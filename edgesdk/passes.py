@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from .graph import Graph, Node
+from .ops import OPS, evaluate
 from .runtime.activations import ACTIVATION_PARAMS
 from .runtime.shapes import check_folding
 
-# Ops whose kernels apply a fused activation to their output in every backend.
-FUSABLE_PRODUCERS = frozenset({"Conv", "Gemm", "MatMul", "Add", "BatchNormalization"})
+# Ops whose kernels apply a fused activation to their output in every backend (``OpSpec.fusable``).
+FUSABLE_PRODUCERS = frozenset(name for name, spec in OPS.items() if spec.fusable)
 
 
 def optimize(graph: Graph) -> dict[str, int]:
@@ -29,9 +30,6 @@ def optimize(graph: Graph) -> dict[str, int]:
 
 def fold_constants(graph: Graph) -> int:
     """Evaluate every node whose inputs are all constant and keep its outputs as constants."""
-    # The reference kernels (a dozen modules) load on the first fold, not on `import edgesdk`.
-    from .backends.reference.kernels import evaluate
-
     folded = 0
     remaining: list[Node] = []
     for node in graph.nodes:

@@ -22,7 +22,9 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
-from edgesdk.backends.reference.constant_ops import CONSTANT_ONLY_OPS
+from edgesdk.ops import constant_only_ops
+
+CONSTANT_ONLY_OPS = constant_only_ops()
 from edgesdk.onnx_import import supported_operators
 
 CACHE = Path(os.environ.get("EDGESDK_TEST_CACHE", Path(__file__).parent / ".cache")) / f"onnx-node-{onnx.__version__}"

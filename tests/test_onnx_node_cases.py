@@ -14,7 +14,7 @@ from onnx_node_cases import case_names, load_case
 # Features edgesdk refuses on purpose, by the words of the error message.
 DOCUMENTED_REFUSALS = (
     "edgesdk runs float32",            # integer, bool, float16/64 graph inputs
-    "only 2-D (NCHW)",                 # 1-D and 3-D pooling/conv
+    "only 1-D and 2-D",                # 3-D pooling/conv
     "training mode",                   # BatchNormalization training_mode=1
     "training_mode=True",              # Dropout in training mode (random)
     "Indices output",                  # MaxPool's argmax output

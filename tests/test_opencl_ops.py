@@ -339,8 +339,8 @@ def test_kernel_choice_on_resnet_and_mobilenet_shapes(monkeypatch) -> None:
     """The selection heuristics with the pocl-cpu tunables (the measured family)."""
     from edgesdk.backends.opencl import config as cl_config
     from edgesdk.backends.opencl.device import DeviceInfo
-    from edgesdk.backends.opencl.ops_linear import ConvGeometry, _channel_vectorised
-    from edgesdk.backends.opencl.ops_winograd import winograd_applies
+    from edgesdk.backends.opencl.lower.conv import ConvGeometry, _channel_vectorised
+    from edgesdk.backends.opencl.lower.conv_winograd import winograd_applies
 
     monkeypatch.delenv(cl_config.CONFIG_ENV, raising=False)
     pocl = cl_config.load_device_config(DeviceInfo(
@@ -376,7 +376,7 @@ def test_kernel_choice_on_resnet_and_mobilenet_shapes(monkeypatch) -> None:
 def test_winograd_weight_transform(dtype) -> None:
     """U = G g G^T, packed (16, OC blocks, C, block), zero past OC, in the storage type: within
     float32 rounding of the exact values (for these half weights, the correctly rounded ones)."""
-    from edgesdk.backends.opencl.ops_winograd import G, transform_weights
+    from edgesdk.backends.opencl.lower.conv_winograd import G, transform_weights
     w = rand(13, 5, 3, 3).astype(dtype)
     u = transform_weights(w, 8)
     assert u.dtype == dtype and u.shape == (16, 2, 5, 8) and u.flags.c_contiguous

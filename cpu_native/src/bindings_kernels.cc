@@ -11,68 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "bindings_util.h"
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
 #include "kernels/thread_pool.h"
 
 namespace py = pybind11;
 namespace k = edgesdk::kernels;
+using namespace edgesdk::bindings;
+
+void register_ops_kernels(py::module_& km);  // bindings_ops.cc
 
 namespace {
-
-template <class T>
-void require_array(const py::array& a, const char* name, bool writable) {
-  if (!py::isinstance<py::array_t<T>>(a) || !a.dtype().is(py::dtype::of<T>()))
-    throw py::type_error(std::string(name) + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) +
-                         ", got " + std::string(py::str(a.dtype())));
-  if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(name) + ": must be C-contiguous");
-  if (writable && !a.writeable()) throw py::value_error(std::string(name) + ": must be writable");
-}
-
-const float* in_f32(const py::array& a, const char* name) {
-  require_array<float>(a, name, false);
-  return static_cast<const float*>(a.data());
-}
-
-float* out_f32(py::array& a, const char* name) {
-  require_array<float>(a, name, true);
-  return static_cast<float*>(a.mutable_data());
-}
-
-std::vector<size_t> shape_of(const py::array& a) {
-  std::vector<size_t> s(static_cast<size_t>(a.ndim()));
-  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<size_t>(a.shape(static_cast<py::ssize_t>(i)));
-  return s;
-}
-
-void expect_shape(const py::array& a, const std::vector<size_t>& want, const char* name) {
-  if (shape_of(a) != want) {
-    std::string w = "(";
-    for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + std::to_string(want[i]);
-    throw py::value_error(std::string(name) + ": expected shape " + w + ")");
-  }
-}
-
-k::Activation make_act(const std::string& name, std::optional<float> alpha, std::optional<float> beta) {
-  if (name == "none") return k::act_none();
-  if (name == "relu") return k::act_relu();
-  if (name == "relu6") return k::act_clip(0.0f, 6.0f);
-  if (name == "clip") {
-    if (!alpha || !beta) throw py::value_error("clip needs alpha (min) and beta (max)");
-    return k::act_clip(*alpha, *beta);
-  }
-  if (name == "hardswish") return {k::ActKind::HardSwish, alpha.value_or(1.0f / 6.0f), beta.value_or(0.5f)};
-  if (name == "hardsigmoid") return k::act_hardsigmoid(alpha.value_or(0.2f), beta.value_or(0.5f));
-  if (name == "sigmoid") return k::act_sigmoid();
-  if (name == "tanh") return k::act_tanh();
-  if (name == "leaky_relu") return k::act_leaky_relu(alpha.value_or(0.01f));
-  throw py::value_error("unknown activation '" + name +
-                        "' (none, relu, relu6, clip, hardswish, hardsigmoid, sigmoid, tanh, leaky_relu)");
-}
-
-const k::KernelTable* table_for(const std::optional<std::string>& isa) {
-  return isa ? &k::kernels_for(k::parse_isa(*isa)) : &k::active_kernels();
-}
 
 k::ConvGeometry make_geometry(std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
                               std::pair<size_t, size_t> dilation, std::vector<size_t> pads) {
@@ -274,13 +224,15 @@ void register_kernels(py::module_& m) {
      py::arg("threads") = 1, "out = act(a op b) (b op a with b_first), b broadcast per channel or as a scalar.");
 
   km.def("activation", [](py::array& x, const std::string& act, std::optional<float> alpha, std::optional<float> beta,
-                          size_t threads) {
+                          size_t threads, std::optional<std::string> isa) {
     float* xp = out_f32(x, "x");
     const size_t n = static_cast<size_t>(x.size());
     const k::Activation ac = make_act(act, alpha, beta);
+    const k::KernelTable* t = table_for(isa);
     py::gil_scoped_release release;
-    k::activation(xp, n, ac, threads);
-  }, py::arg("x"), ACT_ARGS, py::arg("threads") = 1, "In-place activation.");
+    k::activation(xp, n, ac, threads, t);
+  }, py::arg("x"), ACT_ARGS, py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "In-place activation (isa: force a kernel level, for tests).");
 
   km.def("softmax", [](const py::array& x, py::array& out, size_t threads) {
     if (x.ndim() < 1) throw py::value_error("x must have at least one dimension");
@@ -369,4 +321,6 @@ void register_kernels(py::module_& m) {
     k::nnm_gather(cp, pixels, width, groups, kc, ap, kk, b, op, kk, ac, threads);
   }, py::arg("cent"), py::arg("assign"), py::arg("bias"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
      "NNM: out[..., k] = act(bias[k] + sum_g cent[..., g*K' + assign[g, k]]).");
+
+  register_ops_kernels(km);
 }

@@ -10,86 +10,28 @@ one :class:`Invalid` naming the node, tensor or field.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..graph import Graph, Node
+from ..ops import OPS
+from ..ops.registry import Signature
+from ..ops.tensor import PAD_MODES
 from ..runtime.activations import ACTIVATION_PARAMS, Activation
-from ..runtime.shapes import SHAPE_FUNCTIONS
+from ..runtime.shapes import RUNTIME_OPS
 
 
 class Invalid(Exception):
     """One semantic problem in a package; the reader adds the file and the way out."""
 
 
-# -- attribute kinds ------------------------------------------------------------------------
-# How the reader decodes each ValueKind: INT -> int, BOOL -> bool, FLOAT -> float, INTS -> tuple
-# or list of ints, ACTIVATION -> Activation. A kind is a predicate and the words that describe it.
-@dataclass(frozen=True)
-class Kind:
-    test: Callable[[Any], bool]
-    words: str
-
-
-def _is_int(v: Any) -> bool:
-    return type(v) is int  # not bool: True is an int to Python, not to every kernel
-
-
-INT = Kind(_is_int, "an int")
-FLOAT = Kind(lambda v: type(v) in (float, int), "a number")  # kernels take float(v)
-BOOL = Kind(lambda v: type(v) is bool or (type(v) is int and v in (0, 1)), "a bool")  # read as truth values
-STRING = Kind(lambda v: type(v) is str, "a string")
-ACTIVATION = Kind(lambda v: isinstance(v, Activation), "an activation")
-
-
-_INT_ONLY = {int}
-
-
-def ints(length: int | None = None) -> Kind:
-    """A tuple or list of ints, of ``length`` when given."""
-    return Kind(lambda v: type(v) in (tuple, list) and set(map(type, v)) <= _INT_ONLY
-                and (length is None or len(v) == length),
-                f"{length} ints" if length is not None else "a list of ints")
-
-
-# -- op signatures -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Signature:
-    """A runtime op as the importer builds it: ``required`` inputs, then up to ``optional``
-    more (omitted ones are ""), one output, and the attributes every kernel reads."""
-    required: int
-    optional: int = 0
-    attrs: dict[str, Kind] = field(default_factory=dict)
-    variadic: bool = False  # Concat: any number (>= required) of inputs
-
-
-_WINDOW = {"kernel_shape": ints(2), "strides": ints(2), "dilations": ints(2), "pads": ints(4)}
-_POOL = {**_WINDOW, "ceil_mode": BOOL}
-
-SIGNATURES: dict[str, Signature] = {
-    "Conv": Signature(2, 1, {**_WINDOW, "group": INT}),
-    "MaxPool": Signature(1, 0, _POOL),
-    "AveragePool": Signature(1, 0, {**_POOL, "count_include_pad": BOOL}),
-    "GlobalAveragePool": Signature(1),
-    "GlobalMaxPool": Signature(1),
-    "Gemm": Signature(2, 1, {"alpha": FLOAT, "beta": FLOAT, "transA": BOOL, "transB": BOOL}),
-    **{op: Signature(2) for op in ("MatMul", "Add", "Sub", "Mul", "Div")},
-    **{op: Signature(1, 0, {"activation": ACTIVATION}) for op in ACTIVATION_PARAMS},
-    "BatchNormalization": Signature(5, 0, {"epsilon": FLOAT}),
-    "Softmax": Signature(1, 0, {"axis": INT, "coerce_2d": BOOL}),
-    "LRN": Signature(1, 0, {"size": INT, "alpha": FLOAT, "beta": FLOAT, "bias": FLOAT}),
-    "Reshape": Signature(1, 0, {"shape": ints()}),
-    "Transpose": Signature(1, 0, {"perm": ints()}),
-    "Concat": Signature(1, 0, {"axis": INT}, variadic=True),
-    "Pad": Signature(1, 0, {"pads": ints(), "mode": STRING, "value": FLOAT}),
-    "ReduceMean": Signature(1, 0, {"axes": ints(), "keepdims": BOOL}),
-}
-# Ops a fused activation may ride on (edgesdk.passes.FUSABLE_PRODUCERS): the backends apply
+# -- op signatures: each op's lives with it (``OpSpec.signature`` in ``edgesdk.ops``) --------------
+SIGNATURES: dict[str, Signature] = {name: spec.signature for name, spec in OPS.items()
+                                    if spec.runs and spec.signature is not None}
+# Ops a fused activation may ride on (``OpSpec.fusable``): the backends apply
 # ``fused_activation`` only there, so anywhere else it would mean different things to each.
-FUSABLE = frozenset({"Conv", "Gemm", "MatMul", "Add", "BatchNormalization"})
-PAD_MODES = ("constant", "reflect", "edge", "wrap")
+FUSABLE = frozenset(name for name, spec in OPS.items() if spec.fusable)
 
 
 # -- the graph ---------------------------------------------------------------------------------
@@ -122,7 +64,7 @@ def _where(node: Node) -> str:
 
 def _check_node(graph: Graph, node: Node) -> None:
     signature = SIGNATURES.get(node.op)
-    if signature is None or node.op not in SHAPE_FUNCTIONS:
+    if signature is None or node.op not in RUNTIME_OPS:
         raise Invalid(f"{_where(node)}: no runtime kernel for op {node.op!r}")
     _check_arity(node, signature)
     tensors = graph.tensors

@@ -4,7 +4,9 @@ The definition (kind + parameters) is shared by every backend; ``apply`` is the 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -62,4 +64,26 @@ class Activation:
             return np.clip(x * x.dtype.type(alpha) + x.dtype.type(beta), 0, one).astype(x.dtype)
         if self.kind == "HardSwish":
             return x * np.clip(x * x.dtype.type(1 / 6) + x.dtype.type(0.5), 0, one).astype(x.dtype)
+        raise AssertionError(self.kind)
+
+    def apply_torch(self, x: "Any") -> "Any":
+        """The torch twin of :meth:`apply` (fine-tuning through a fused activation)."""
+        import torch
+        kind = self.kind
+        if kind == "Relu":
+            return torch.relu(x)
+        if kind == "Clip":
+            lo, hi = self.params
+            return torch.clamp(x, min=None if lo == -math.inf else lo, max=None if hi == math.inf else hi)
+        if kind == "LeakyRelu":
+            return torch.where(x >= 0, x, x * self.params[0])
+        if kind == "Sigmoid":
+            return torch.sigmoid(x)
+        if kind == "Tanh":
+            return torch.tanh(x)
+        if kind == "HardSigmoid":
+            alpha, beta = self.params
+            return torch.clamp(x * alpha + beta, 0.0, 1.0)
+        if kind == "HardSwish":
+            return x * torch.clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0)
         raise AssertionError(self.kind)

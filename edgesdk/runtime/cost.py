@@ -22,16 +22,10 @@ class LayerCost:
 
 
 def node_macs(node: Node, graph: Graph) -> int:
-    out = graph.tensors[node.outputs[0]].shape
-    if node.op == "Conv":
-        w = graph.tensors[node.inputs[1]].shape
-        return math.prod(out) * math.prod(w[1:])
-    if node.op == "Gemm":
-        a = graph.tensors[node.inputs[0]].shape
-        return math.prod(out) * (a[0] if node.attrs["transA"] else a[1])
-    if node.op == "MatMul":
-        return math.prod(out) * graph.tensors[node.inputs[0]].shape[-1]
-    return 0
+    """Multiply-accumulates of one node (the op's ``OpSpec.macs`` rule; 0 for data movement)."""
+    from ..ops import OPS
+    spec = OPS.get(node.op)
+    return spec.macs(node, graph) if spec is not None and spec.macs is not None else 0
 
 
 def node_params(node: Node, graph: Graph) -> int:

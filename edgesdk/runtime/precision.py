@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops import OPS
+
 PRECISIONS = ("fp32", "fp16")
 
-# Normalisations and softmax sum many terms or divide by small numbers: keep them in fp32.
-FP32_ONLY_OPS = frozenset({"Softmax", "LRN", "BatchNormalization"})
+# Normalisations and softmax sum many terms or divide by small numbers: keep them in fp32
+# (``OpSpec.fp32_only``).
+FP32_ONLY_OPS = frozenset(name for name, spec in OPS.items() if spec.fp32_only)
 
 
 def round_to_storage(x: np.ndarray, precision: str) -> np.ndarray:

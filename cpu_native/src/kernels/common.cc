@@ -17,6 +17,7 @@ Activation act_hardsigmoid(float alpha, float beta) { return {ActKind::HardSigmo
 Activation act_sigmoid() { return {ActKind::Sigmoid, 0.0f, 0.0f}; }
 Activation act_tanh() { return {ActKind::Tanh, 0.0f, 0.0f}; }
 Activation act_leaky_relu(float alpha) { return {ActKind::LeakyRelu, alpha, 0.0f}; }
+Activation act_of(ActKind kind) { return {kind, 0.0f, 0.0f}; }
 
 const char* act_name(ActKind kind) {
   switch (kind) {
@@ -28,6 +29,19 @@ const char* act_name(ActKind kind) {
     case ActKind::Sigmoid: return "sigmoid";
     case ActKind::Tanh: return "tanh";
     case ActKind::LeakyRelu: return "leaky_relu";
+    case ActKind::Gelu: return "gelu";
+    case ActKind::GeluTanh: return "gelu_tanh";
+    case ActKind::Erf: return "erf";
+    case ActKind::Exp: return "exp";
+    case ActKind::Log: return "log";
+    case ActKind::Abs: return "abs";
+    case ActKind::Sqrt: return "sqrt";
+    case ActKind::Reciprocal: return "reciprocal";
+    case ActKind::Neg: return "neg";
+    case ActKind::Square: return "square";
+    case ActKind::Silu: return "silu";
+    case ActKind::Mish: return "mish";
+    case ActKind::Softplus: return "softplus";
   }
   return "?";
 }
@@ -52,6 +66,35 @@ bool needs_post_pass(const Activation& act) {
 // and as the ONNX formula x * HardSigmoid(x) evaluates in IEEE arithmetic.
 static float clamp_keep_nan(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
+// The math kinds in double (libm), rounded once to float. x * f(x) forms whose f vanishes at -inf
+// (Gelu, GeluTanh, Silu, Mish) give their limit -0 there instead of -inf * 0 = NaN.
+static float activate_math_reference(float xf, ActKind kind) {
+  const double kSqrtHalf = 0.70710678118654752440, kSqrt2OverPi = 0.79788456080286535588;
+  const double x = xf;
+  const bool neg_inf = std::isinf(x) && x < 0;
+  switch (kind) {
+    case ActKind::Gelu: return neg_inf ? -0.0f : static_cast<float>(x * 0.5 * std::erfc(-x * kSqrtHalf));
+    case ActKind::GeluTanh: {
+      // 0.5 * (1 + tanh(u)) = 1 / (1 + e^(-2u)): no cancellation for negative u.
+      const double u = kSqrt2OverPi * (x + 0.044715 * x * x * x);
+      return neg_inf ? -0.0f : static_cast<float>(x / (1.0 + std::exp(-2.0 * u)));
+    }
+    case ActKind::Erf: return static_cast<float>(std::erf(x));
+    case ActKind::Exp: return static_cast<float>(std::exp(x));
+    case ActKind::Log: return static_cast<float>(std::log(x));
+    case ActKind::Abs: return std::fabs(xf);
+    case ActKind::Sqrt: return static_cast<float>(std::sqrt(x));
+    case ActKind::Reciprocal: return static_cast<float>(1.0 / x);
+    case ActKind::Neg: return -xf;
+    case ActKind::Square: return static_cast<float>(x * x);
+    case ActKind::Silu: return neg_inf ? -0.0f : static_cast<float>(x / (1.0 + std::exp(-x)));
+    case ActKind::Mish: return neg_inf ? -0.0f : static_cast<float>(x * std::tanh(std::log1p(std::exp(x))));
+    case ActKind::Softplus:  // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
+      return static_cast<float>(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)));
+    default: return xf;
+  }
+}
+
 float activate_reference(float x, const Activation& act) {
   switch (act.kind) {
     case ActKind::None: return x;
@@ -62,6 +105,7 @@ float activate_reference(float x, const Activation& act) {
     case ActKind::Sigmoid: return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
     case ActKind::Tanh: return static_cast<float>(std::tanh(static_cast<double>(x)));
     case ActKind::LeakyRelu: return x >= 0.0f ? x : act.alpha * x;
+    default: return activate_math_reference(x, act.kind);
   }
   return x;
 }

@@ -17,7 +17,16 @@ namespace edgesdk::kernels {
 //   HardSigmoid: max(0, min(1, alpha*x + beta))       (ONNX defaults 0.2, 0.5)
 //   HardSwish: x * max(0, min(1, alpha*x + beta))     (ONNX: alpha 1/6, beta 0.5)
 //   LeakyRelu: x >= 0 ? x : alpha*x
-enum class ActKind : uint8_t { None, Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Tanh, LeakyRelu };
+// The element-wise math kinds (ONNX Gelu, Erf, Exp, Log, ... used alone or fused after a Conv or
+// Gemm; alpha and beta unused):
+//   Gelu: 0.5*x*(1 + erf(x/sqrt2))    GeluTanh: 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715x^3)))
+//   Silu: x*sigmoid(x)    Mish: x*tanh(softplus(x))    Softplus: log(1 + e^x)
+//   Erf, Exp, Log, Abs, Sqrt, Reciprocal (1/x), Neg (-x), Square (x*x)
+// At -inf, Gelu, GeluTanh, Silu and Mish give their limit -0 (x * 0 would be NaN).
+enum class ActKind : uint8_t {
+  None, Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Tanh, LeakyRelu,
+  Gelu, GeluTanh, Erf, Exp, Log, Abs, Sqrt, Reciprocal, Neg, Square, Silu, Mish, Softplus
+};
 
 struct Activation {
   ActKind kind = ActKind::None;
@@ -33,6 +42,7 @@ Activation act_hardsigmoid(float alpha = 0.2f, float beta = 0.5f);
 Activation act_sigmoid();
 Activation act_tanh();
 Activation act_leaky_relu(float alpha);
+Activation act_of(ActKind kind);  // a kind without parameters (the math kinds)
 const char* act_name(ActKind kind);
 
 // The part of an activation a microkernel applies in registers: a clamp. Kinds that are not a

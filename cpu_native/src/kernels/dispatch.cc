@@ -14,7 +14,9 @@ namespace {
     isa_enum, #isa, mr, nr, f32_igemm_##isa, f32_f16w_igemm_##isa, f32_activation_##isa,             \
         f32_depthwise_##isa, f32_maxpool_##isa, f32_avgpool_##isa, f32_global_avgpool_##isa,         \
         f32_binary_##isa, f32_softmax_##isa, lanes, table_min, nibbles, f32_clustered_gemv_##isa,    \
-        f32_clustered_decode_##isa, f32_nnm_gather_##isa, 0, 0, nullptr, nullptr, nullptr             \
+        f32_clustered_decode_##isa, f32_nnm_gather_##isa, 0, 0, nullptr, nullptr, nullptr,           \
+        f32_row_norm_##isa, f32_log_softmax_##isa, f32_softmax_axis_##isa, f32_reduce_##isa,         \
+        f32_argreduce_##isa, f32_col2im_##isa, f32_resize_nearest_##isa, f32_resize_linear_##isa     \
   }
 
 constexpr KernelTable kScalarTable = EDGESDK_TABLE(Isa::Scalar, scalar, kScalarMR, kScalarNR, kScalarLanes, 1, false);

@@ -40,6 +40,15 @@ struct KernelTable {
   F16IgemmUkernel igemm_f16;
   DepthwiseUkernel depthwise_f16;
   ConvertF32F16Ukernel convert_f32_f16;
+  // Normalisation, axis softmax, reductions, transposed-convolution gather, resize (ukernels.h).
+  RowNormUkernel row_norm;
+  LogSoftmaxUkernel log_softmax;
+  SoftmaxAxisUkernel softmax_axis;
+  ReduceUkernel reduce;
+  ArgReduceUkernel argreduce;
+  Col2ImUkernel col2im;
+  ResizeUkernel resize_nearest;
+  ResizeUkernel resize_linear;
   bool has_f16_arith() const { return igemm_f16 != nullptr; }
 };
 

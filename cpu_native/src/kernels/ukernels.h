@@ -100,6 +100,111 @@ using BinaryUkernel = void (*)(const BinaryArgs* args, size_t row_begin, size_t 
 using SoftmaxUkernel = void (*)(const float* x, float* y, size_t n);
 
 // ---------------------------------------------------------------------------------------------
+// Normalisation, softmax along an axis, reductions, transposed-convolution gather, resize.
+// Tensors are seen as (outer, axis, inner): the op runs along the middle dimension.
+
+// Row normalisation (LayerNormalization, InstanceNormalization): each row of n values becomes
+// (x - mean) / sqrt(var + eps) * scale + bias, var the population variance, computed in two
+// passes (the mean, then the squared deviations from it) with blocked accumulation.
+struct RowNormArgs {
+  const float* x;
+  float* y;             // may alias x
+  size_t n;             // row length
+  const float* scale;   // per_column: [n]; else [channels], row r uses channel r % channels
+  const float* bias;    // like scale, or null
+  size_t channels;
+  bool per_column;      // layer norm (true) or instance norm (false)
+  float eps;
+};
+using RowNormUkernel = void (*)(const RowNormArgs* args, size_t row_begin, size_t row_end);
+
+// Log-softmax of one row of n values: x - max - log(sum e^(x - max)) (x and y may alias).
+using LogSoftmaxUkernel = void (*)(const float* x, float* y, size_t n);
+
+// Work units of the strided families (inner > 1): unit u covers slice o = u / blocks and the
+// columns [c0, min(c0 + block, inner)) with c0 = (u % blocks) * block, blocks = ceil(inner/block).
+// With inner == 1, unit u is row u.
+struct AxisShape {
+  size_t axis, inner, block;
+};
+// (static inline, not a member: see the ODR note in common.h.)
+static inline size_t axis_blocks(const AxisShape& s) { return s.inner == 1 ? 1 : div_up(s.inner, s.block); }
+
+// Softmax (or log-softmax) along the axis, vectorised across inner columns (inner > 1).
+struct SoftmaxAxisArgs {
+  const float* x;
+  float* y;  // may alias x
+  AxisShape shape;
+  bool log;
+};
+using SoftmaxAxisUkernel = void (*)(const SoftmaxAxisArgs* args, size_t unit_begin, size_t unit_end);
+
+// y[o][c] = reduction of x[o][:][c]. Max and Min propagate NaN (numpy, ONNX Runtime); over an
+// empty axis: Sum, SumSquare, L2 give 0, Mean NaN, Max -inf, Min +inf, LogSumExp -inf.
+enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, L2, SumSquare, LogSumExp };
+struct ReduceArgs {
+  const float* x;
+  float* y;
+  AxisShape shape;
+  ReduceOp op;
+};
+using ReduceUkernel = void (*)(const ReduceArgs* args, size_t unit_begin, size_t unit_end);
+
+// y[o][c] = index along the axis of the max (is_max) or min of x[o][:][c]: the first one, or the
+// last with select_last. NaN counts as the extreme (numpy's argmax/argmin: the first NaN wins;
+// with select_last, the last NaN). axis >= 1.
+struct ArgReduceArgs {
+  const float* x;
+  int64_t* y;
+  AxisShape shape;
+  bool is_max;
+  bool select_last;
+};
+using ArgReduceUkernel = void (*)(const ArgReduceArgs* args, size_t unit_begin, size_t unit_end);
+
+// Transposed convolution, NHWC, as a gather: output pixel (oy, ox) sums the contributions of every
+// input pixel (iy, ix) and tap (ky, kx) with oy = iy*stride_h - pad_top + ky*dil_h (same in x).
+// Contributions come from `col`, the GEMM of the input with the weights: row (b, iy, ix) holds
+// [groups][kh*kw][cout_g] values at row stride col_stride. Without col (depthwise: one input and
+// one output channel per group) they are x[b][iy][ix][c] * dw_weights[ky*kw + kx][c].
+// Output channel g*cout_g + j gets bias, then the activation. Rows [row_begin, row_end) of N*OH.
+struct Col2ImArgs {
+  const float* col;
+  size_t col_stride;
+  const float* x;           // depthwise only: [N][H][W][C]
+  const float* dw_weights;  // depthwise only: [kh*kw][C]
+  const float* bias;        // [c_out] or null
+  float* y;                 // [N][OH][OW][c_out]
+  size_t n, h, w, oh, ow;
+  size_t kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+  size_t groups, cout_g, c_out;
+  Activation act;
+};
+using Col2ImUkernel = void (*)(const Col2ImArgs* args, size_t row_begin, size_t row_end);
+// Bound on kh, kw and on the taps reaching one output pixel (the drivers check it).
+constexpr size_t kMaxCol2ImTaps = 1024;
+
+// Resize over the two spatial axes with caller-computed source indices (validated in range) and
+// weights of the second tap: linear is (1 - wx)*v0 + wx*v1 along x, then the same along y; nearest
+// reads (iy0, ix0). nchw: rows are the N*C*OH output rows; nhwc: the N*OH output rows (C per pixel).
+// x2_nearest (nchw nearest): ix0[ox] == ox / 2 for every ox, each input value written twice.
+struct ResizeArgs {
+  const float* x;
+  float* y;
+  size_t n, c, h, w, oh, ow;
+  bool nhwc;
+  const int32_t* iy0;
+  const int32_t* iy1;
+  const float* wy;
+  const int32_t* ix0;
+  const int32_t* ix1;
+  const float* wx;
+  bool x2_nearest;
+};
+// scratch: 2*OW floats (linear nchw keeps the two horizontally interpolated source rows).
+using ResizeUkernel = void (*)(const ResizeArgs* args, size_t row_begin, size_t row_end, float* scratch);
+
+// ---------------------------------------------------------------------------------------------
 // Clustered weights (k-means weight sharing): b-bit indices into a codebook.
 // Kernel layout ("lane words"): a row of K indices is cut into blocks of L*F indices, where L is
 // the ISA's lane count and F = floor(32 / b) the fields per 32-bit word. A block is L words;
@@ -164,7 +269,15 @@ using NnmGatherUkernel = void (*)(const NnmGatherArgs* args, size_t p_begin, siz
   void f32_softmax_##isa(const float*, float*, size_t);                                          \
   void f32_clustered_gemv_##isa(const ClusteredGemvArgs*, size_t, size_t);                       \
   void f32_clustered_decode_##isa(const uint32_t*, size_t, const float*, unsigned, bool, float*); \
-  void f32_nnm_gather_##isa(const NnmGatherArgs*, size_t, size_t);
+  void f32_nnm_gather_##isa(const NnmGatherArgs*, size_t, size_t);                               \
+  void f32_row_norm_##isa(const RowNormArgs*, size_t, size_t);                                   \
+  void f32_log_softmax_##isa(const float*, float*, size_t);                                      \
+  void f32_softmax_axis_##isa(const SoftmaxAxisArgs*, size_t, size_t);                           \
+  void f32_reduce_##isa(const ReduceArgs*, size_t, size_t);                                      \
+  void f32_argreduce_##isa(const ArgReduceArgs*, size_t, size_t);                                \
+  void f32_col2im_##isa(const Col2ImArgs*, size_t, size_t);                                      \
+  void f32_resize_nearest_##isa(const ResizeArgs*, size_t, size_t, float*);                      \
+  void f32_resize_linear_##isa(const ResizeArgs*, size_t, size_t, float*);
 
 // Register-block sizes (MR x NR) of each ISA's GEMM microkernel, and clustered lane counts.
 constexpr size_t kScalarMR = 4, kScalarNR = 4, kScalarLanes = 4;

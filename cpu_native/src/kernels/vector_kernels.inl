@@ -7,7 +7,11 @@
 // for n < W lanes, set1, add, sub, mul, div, fma(a, b, c) = a*b + c, max, min, abs,
 // select_lt(a, b, x, y) = a < b ? x : y, round (to nearest even), exp2_int(n) = 2^n for
 // integer-valued n <= 0 (0 below -126), hsum, hmax, nan_mask(a) (all bits set in NaN lanes),
-// any_nan(a), bit_or.
+// any_nan(a), bit_or; and for the math activations and vector_ops.inl: sqrt, lt / le / eq (lane
+// masks: all bits set where true), blend(mask, x, y) = mask ? x : y, bit_and, bit_andnot(a, b) =
+// ~a & b, any_set(mask), exponent(a) = floor(log2 a) and mantissa(a) = a / 2^exponent(a) in [1, 2)
+// for positive normal a, gather(base, idx) / gather_tail(base, idx, n) (int32 indices),
+// dup2(v, lo, hi) (each lane twice: lo holds lanes 0..W/2-1, hi the rest).
 //
 // NaN (tests/test_nan_inf.py: every backend propagates NaN as ONNX Runtime does): max(a, b) and
 // min(a, b) are only defined for non-NaN a; a NaN b comes out as NaN (x86 maxps/minps return the
@@ -79,6 +83,183 @@ static inline T tanh_vec(T x, const ExpConsts& k) {
 // min(hi, max(lo, v)) in this operand order keeps a NaN v (see the header), at no cost.
 static inline T clamp_keep_nan(T v, T lo, T hi) { return V::min(hi, V::max(lo, v)); }
 
+// ---- the math activations (activate_reference in common.cc is their definition) ---------------
+// Accuracy target: 2e-6 relative or 1e-7 absolute against double precision (tests/
+// test_native_ops_kernels.py); NaN in gives NaN out, infinities give the IEEE limits.
+
+// e^x over the whole float range. x is clamped to [-104, 89] (a NaN stays NaN) and the result is
+// scaled by 2^n in two steps, 2^n1 with n1 = clamp(n, -126, 127) then 2^(n - n1) with n - n1 in
+// [-24, 1]: results near the overflow threshold and subnormal ones come out right, e^inf = inf and
+// e^-inf = 0.
+static inline T exp_vec(T x, const ExpConsts& k) {
+  x = clamp_keep_nan(x, V::set1(-104.0f), V::set1(89.0f));
+  T n;
+  const T m = ext_exp(x, k, &n);
+  const T n1 = V::min(V::set1(127.0f), V::max(V::set1(-126.0f), n));
+  return V::mul(V::mul(m, V::exp2_int(n1)), V::exp2_int(V::sub(n, n1)));
+}
+
+// f^3 p(f) - f^2/2 with log(1 + f) = f + log_tail(f) for f in [sqrt(1/2) - 1, sqrt(2) - 1]: Cephes'
+// logf polynomial (relative error ~1e-7). f itself is added last, by the callers, for accuracy.
+static inline T log_tail(T f) {
+  const T z = V::mul(f, f);
+  T p = V::set1(7.0376836292e-2f);
+  p = V::fma(p, f, V::set1(-1.1514610310e-1f));
+  p = V::fma(p, f, V::set1(1.1676998740e-1f));
+  p = V::fma(p, f, V::set1(-1.2420140846e-1f));
+  p = V::fma(p, f, V::set1(1.4249322787e-1f));
+  p = V::fma(p, f, V::set1(-1.6668057665e-1f));
+  p = V::fma(p, f, V::set1(2.0000714765e-1f));
+  p = V::fma(p, f, V::set1(-2.4999993993e-1f));
+  p = V::fma(p, f, V::set1(3.3333331174e-1f));
+  return V::fma(V::mul(p, f), z, V::mul(V::set1(-0.5f), z));
+}
+
+// log(x) = e ln2 + log(m), m in [sqrt(1/2), sqrt(2)), with ln2 split in two (Cephes). Subnormal x is
+// scaled by 2^23 first; log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN.
+static inline T log_vec(T x) {
+  const T tiny = V::lt(x, V::set1(1.17549435e-38f));
+  const T xs = V::blend(tiny, V::mul(x, V::set1(8388608.0f)), x);
+  T e = V::sub(V::exponent(xs), V::blend(tiny, V::set1(23.0f), V::set1(0.0f)));
+  T m = V::mantissa(xs);
+  const T high = V::le(V::set1(1.41421356f), m);
+  m = V::blend(high, V::mul(m, V::set1(0.5f)), m);
+  e = V::blend(high, V::add(e, V::set1(1.0f)), e);
+  const T f = V::sub(m, V::set1(1.0f));  // exact: m is within a factor 2 of 1
+  T r = V::fma(e, V::set1(-2.12194440e-4f), log_tail(f));
+  r = V::fma(e, V::set1(0.693359375f), V::add(f, r));
+  const float inf = __builtin_inff();
+  r = V::blend(V::lt(x, V::set1(0.0f)), V::set1(__builtin_nanf("")), r);
+  r = V::blend(V::eq(x, V::set1(0.0f)), V::set1(-inf), r);
+  r = V::blend(V::eq(x, V::set1(inf)), V::set1(inf), r);
+  return V::bit_or(r, V::nan_mask(x));
+}
+
+// log(1 + t) for t in [0, 1] without forming 1 + t when t is small: 1 + t below sqrt(2) takes the
+// polynomial on t itself, above it log(2) + log(1 + f) with f = (1 + t)/2 - 1.
+static inline T log1p_unit(T t) {
+  const T high = V::le(V::set1(0.41421356f), t);
+  const T f = V::blend(high, V::fma(t, V::set1(0.5f), V::set1(-0.5f)), t);
+  return V::add(V::add(f, log_tail(f)), V::blend(high, V::set1(0.693147181f), V::set1(0.0f)));
+}
+
+// erfc(z) for z >= 0 given z^2 = z2_hi + z2_lo (exactly, from an fma): t e^(P(t) - z^2) with
+// t = 1/(1 + z/2), the Numerical Recipes erfcc form with P refitted (degree 9, |error| < 5e-8 on
+// z in [0, 10]), so erfc keeps ~2e-7 relative accuracy far into the tail. P - z^2 is rounded once
+// and its rounding error (and z2_lo) applied as the factor 1 + lo.
+static inline T erfc_core(T z, T z2_hi, T z2_lo, const ExpConsts& k) {
+  const T t = V::div(k.one, V::fma(z, V::set1(0.5f), k.one));
+  T p = V::set1(0x1.232f54p-3f);
+  p = V::fma(p, t, V::set1(-0x1.54fc5ep-1f));
+  p = V::fma(p, t, V::set1(0x1.1f4a3ep+0f));
+  p = V::fma(p, t, V::set1(-0x1.4d522ap-1f));
+  p = V::fma(p, t, V::set1(-0x1.df263cp-4f));
+  p = V::fma(p, t, V::set1(0x1.4c988cp-6f));
+  p = V::fma(p, t, V::set1(0x1.d00162p-6f));
+  p = V::fma(p, t, V::set1(0x1.8d37acp-2f));
+  p = V::fma(p, t, V::set1(0x1.ff3a48p-1f));
+  p = V::fma(p, t, V::set1(-0x1.43f3f8p+0f));
+  const T neg_z2 = V::sub(V::set1(0.0f), z2_hi);
+  const T s = V::add(p, neg_z2);
+  const T bb = V::sub(s, p);  // TwoSum: the exact rounding error of p + neg_z2
+  const T err = V::add(V::sub(p, V::sub(s, bb)), V::sub(neg_z2, bb));
+  const T te = V::mul(t, exp_nonpositive(s, k));
+  return V::fma(te, V::sub(err, z2_lo), te);
+}
+
+// erf: x Q(x^2) below |x| = 1 (degree-6 fit, 2e-7 relative in float), 1 - erfc(|x|) above, with
+// |x| clamped to 4 (erf(4) rounds to 1).
+static inline T erf_vec(T x, const ExpConsts& k) {
+  const T ax = V::min(V::set1(4.0f), V::abs(x));  // NaN stays NaN
+  const T x2 = V::mul(ax, ax);
+  T q = V::set1(7.889290282037109e-05f);
+  q = V::fma(q, x2, V::set1(-0.0008020889363251626f));
+  q = V::fma(q, x2, V::set1(0.005189540330320597f));
+  q = V::fma(q, x2, V::set1(-0.026854446157813072f));
+  q = V::fma(q, x2, V::set1(0.11283600330352783f));
+  q = V::fma(q, x2, V::set1(-0.3761262595653534f));
+  q = V::fma(q, x2, V::set1(1.1283791065216064f));
+  const T small = V::mul(x, q);
+  const T x2_lo = V::fma(ax, ax, V::sub(V::set1(0.0f), x2));
+  const T big = V::sub(k.one, erfc_core(ax, x2, x2_lo, k));
+  const T big_signed = V::select_lt(x, V::set1(0.0f), V::sub(V::set1(0.0f), big), big);
+  return V::blend(V::lt(ax, k.one), small, big_signed);
+}
+
+// Gelu = x Phi(x), Phi(x) = erfc(-x/sqrt2)/2: erfc of |x|/sqrt2 (x^2/2 exact from an fma), so the
+// negative tail keeps its relative accuracy (1 + erf(x) would cancel). |x| is clamped to 14, where
+// Phi(-14) underflows to 0: Gelu(-inf) = -14 * 0 = -0, Gelu(inf) = inf * 1.
+static inline T gelu_vec(T x, const ExpConsts& k) {
+  const T half = V::set1(0.5f);
+  const T ax = V::min(V::set1(14.0f), V::abs(x));
+  const T x2 = V::mul(ax, ax);
+  const T x2_lo = V::fma(ax, ax, V::sub(V::set1(0.0f), x2));
+  const T e = erfc_core(V::mul(ax, V::set1(0.707106781f)), V::mul(x2, half), V::mul(x2_lo, half), k);
+  const T phi = V::select_lt(x, V::set1(0.0f), V::mul(e, half), V::fma(e, V::set1(-0.5f), k.one));
+  return V::mul(V::max(V::set1(-14.0f), x), phi);
+}
+
+// GeluTanh = x (1 + tanh(u))/2 = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3): no cancellation
+// for negative u. x is clamped below at -20, where sigmoid(2u) underflows to 0 (GeluTanh(-inf) = -0).
+static inline T gelu_tanh_vec(T x, const ExpConsts& k) {
+  const T xc = V::max(V::set1(-20.0f), x);
+  const T two_u = V::mul(xc, V::fma(V::mul(xc, xc), V::set1(2.0f * 0.7978845608f * 0.044715f),
+                                    V::set1(2.0f * 0.7978845608f)));
+  return V::mul(xc, sigmoid(two_u, k));
+}
+
+// Silu = x sigmoid(x), x clamped below at -100 where sigmoid underflows to 0 (Silu(-inf) = -0).
+static inline T silu_vec(T x, const ExpConsts& k) {
+  const T xc = V::max(V::set1(-100.0f), x);
+  return V::mul(xc, sigmoid(xc, k));
+}
+
+// Mish = x tanh(softplus(x)) with one e = e^-|x| and no cancellation: tanh(log(1 + e^x)) is
+// n/(n + 2) with n = e(e + 2) for x <= 0, and (1 + 2e)/(1 + 2e + 2e^2) for x > 0. Clamped at -100
+// like Silu (Mish(-inf) = -0).
+static inline T mish_vec(T x, const ExpConsts& k) {
+  const T two = V::set1(2.0f);
+  const T xc = V::max(V::set1(-100.0f), x);
+  const T e = exp_nonpositive(V::sub(V::set1(0.0f), V::abs(xc)), k);
+  const T n = V::mul(e, V::add(e, two));
+  const T num_pos = V::fma(e, two, k.one);
+  const T positive = V::lt(V::set1(0.0f), xc);
+  const T num = V::blend(positive, num_pos, n);
+  const T den = V::blend(positive, V::fma(V::mul(e, e), two, num_pos), V::add(n, two));
+  return V::mul(xc, V::div(num, den));
+}
+
+// Softplus = max(x, 0) + log(1 + e^-|x|).
+static inline T softplus_vec(T x, const ExpConsts& k) {
+  return V::add(V::max(V::set1(0.0f), x), log1p_unit(exp_vec(V::sub(V::set1(0.0f), V::abs(x)), k)));
+}
+
+static inline T activate_math_inline(T v, ActKind kind, const ExpConsts& k) {
+  switch (kind) {
+    case ActKind::Gelu: return gelu_vec(v, k);
+    case ActKind::GeluTanh: return gelu_tanh_vec(v, k);
+    case ActKind::Erf: return erf_vec(v, k);
+    case ActKind::Exp: return exp_vec(v, k);
+    case ActKind::Log: return log_vec(v);
+    case ActKind::Abs: return V::abs(v);
+    case ActKind::Sqrt: return V::sqrt(v);
+    case ActKind::Reciprocal: return V::div(k.one, v);
+    case ActKind::Neg: return V::mul(v, V::set1(-1.0f));  // -0 for 0, as ONNX Neg
+    case ActKind::Square: return V::mul(v, v);
+    case ActKind::Silu: return silu_vec(v, k);
+    case ActKind::Mish: return mish_vec(v, k);
+    case ActKind::Softplus: return softplus_vec(v, k);
+    default: return v;
+  }
+}
+
+// Out of line for the fused uses (depthwise, pooling, binary...): their inner loops stay small.
+[[gnu::noinline]] static T activate_math(T v, ActKind kind, const ExpConsts& k) {
+  return activate_math_inline(v, kind, k);
+}
+
+static inline bool is_math_kind(ActKind kind) { return kind >= ActKind::Gelu; }
+
 // Matches activate_reference (common.cc) on NaN and +-inf too.
 static inline T activate(T v, const Activation& act, const ExpConsts& k) {
   switch (act.kind) {
@@ -92,12 +273,41 @@ static inline T activate(T v, const Activation& act, const ExpConsts& k) {
     case ActKind::Sigmoid: return sigmoid(v, k);
     case ActKind::Tanh: return tanh_vec(v, k);
     case ActKind::LeakyRelu: return V::select_lt(v, V::set1(0.0f), V::mul(v, V::set1(act.alpha)), v);
+    default: return activate_math(v, act.kind, k);
   }
   return v;
 }
 
+// A math kind over a whole array: the kind is switched on once, not per vector.
+template <ActKind K>
+static void math_activation_loop(float* x, size_t n, const ExpConsts& k) {
+  size_t i = 0;
+  for (; i + W <= n; i += W) V::store(x + i, activate_math_inline(V::load(x + i), K, k));
+  if (i < n) V::store_tail(x + i, activate_math_inline(V::load_tail(x + i, n - i, 0.0f), K, k), n - i);
+}
+
+static bool math_activation(float* x, size_t n, ActKind kind, const ExpConsts& k) {
+  switch (kind) {
+    case ActKind::Gelu: math_activation_loop<ActKind::Gelu>(x, n, k); return true;
+    case ActKind::GeluTanh: math_activation_loop<ActKind::GeluTanh>(x, n, k); return true;
+    case ActKind::Erf: math_activation_loop<ActKind::Erf>(x, n, k); return true;
+    case ActKind::Exp: math_activation_loop<ActKind::Exp>(x, n, k); return true;
+    case ActKind::Log: math_activation_loop<ActKind::Log>(x, n, k); return true;
+    case ActKind::Abs: math_activation_loop<ActKind::Abs>(x, n, k); return true;
+    case ActKind::Sqrt: math_activation_loop<ActKind::Sqrt>(x, n, k); return true;
+    case ActKind::Reciprocal: math_activation_loop<ActKind::Reciprocal>(x, n, k); return true;
+    case ActKind::Neg: math_activation_loop<ActKind::Neg>(x, n, k); return true;
+    case ActKind::Square: math_activation_loop<ActKind::Square>(x, n, k); return true;
+    case ActKind::Silu: math_activation_loop<ActKind::Silu>(x, n, k); return true;
+    case ActKind::Mish: math_activation_loop<ActKind::Mish>(x, n, k); return true;
+    case ActKind::Softplus: math_activation_loop<ActKind::Softplus>(x, n, k); return true;
+    default: return false;
+  }
+}
+
 static void activation_impl(float* x, size_t n, const Activation* act) {
   const ExpConsts k;
+  if (math_activation(x, n, act->kind, k)) return;
   size_t i = 0;
   for (; i + W <= n; i += W) V::store(x + i, activate(V::load(x + i), *act, k));
   if (i < n) V::store_tail(x + i, activate(V::load_tail(x + i, n - i, 0.0f), *act, k), n - i);

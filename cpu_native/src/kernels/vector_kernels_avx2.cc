@@ -54,9 +54,38 @@ struct V {
     s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
   }
+  static T sqrt(T a) { return _mm256_sqrt_ps(a); }
+  static T lt(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static T le(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_LE_OQ); }
+  static T eq(T a, T b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  static T blend(T m, T x, T y) { return _mm256_blendv_ps(y, x, m); }
+  static T bit_and(T a, T b) { return _mm256_and_ps(a, b); }
+  static T bit_andnot(T a, T b) { return _mm256_andnot_ps(a, b); }
+  static bool any_set(T m) { return _mm256_movemask_ps(m) != 0; }
+  static T exponent(T a) {
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(a), 23), _mm256_set1_epi32(0xff));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(127)));
+  }
+  static T mantissa(T a) {
+    const __m256i m = _mm256_and_si256(_mm256_castps_si256(a), _mm256_set1_epi32(0x007fffff));
+    return _mm256_castsi256_ps(_mm256_or_si256(m, _mm256_set1_epi32(0x3f800000)));
+  }
+  static T gather(const float* base, const int32_t* idx) {
+    return _mm256_i32gather_ps(base, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx)), 4);
+  }
+  static T gather_tail(const float* base, const int32_t* idx, size_t n) {
+    const __m256i m = first_lanes(n);  // the indices past n are not read either
+    const __m256i i = _mm256_maskload_epi32(reinterpret_cast<const int*>(idx), m);
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, i, _mm256_castsi256_ps(m), 4);
+  }
+  static void dup2(T v, T* lo, T* hi) {
+    *lo = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    *hi = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+  }
 };
 
 #include "kernels/vector_kernels.inl"
+#include "kernels/vector_ops.inl"
 
 // ---- clustered ------------------------------------------------------------------------------
 // Lane words, L = 8: one ymm load = 8 words; field f of every word is shifted down in step.
@@ -259,6 +288,14 @@ void f32_global_avgpool_avx2(const float* x, size_t p, size_t c, size_t s, float
 void f32_binary_avx2(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
 void f32_softmax_avx2(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
 void f32_nnm_gather_avx2(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
+void f32_row_norm_avx2(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
+void f32_log_softmax_avx2(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
+void f32_softmax_axis_avx2(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
+void f32_reduce_avx2(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
+void f32_argreduce_avx2(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
+void f32_col2im_avx2(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
+void f32_resize_nearest_avx2(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
+void f32_resize_linear_avx2(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
 
 void f32_clustered_gemv_avx2(const ClusteredGemvArgs* a, size_t b, size_t e) {
   if (a->nibbles) {

@@ -1,8 +1,9 @@
 // AVX-512 instantiation of the generic vector kernels, plus the AVX-512 clustered-weight kernels
 // (codebook lookup with _mm512_permutexvar_ps / permutex2var_ps) and the NNM gather. Compiled
 // with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c; selected at run time only.
-// GCC 12 flags its own _mm512_undefined_* helpers as maybe-uninitialized when inlined.
+// GCC 12 flags its own _mm512_undefined_* helpers as (maybe-)uninitialized when inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "kernels/ukernels.h"
@@ -42,9 +43,32 @@ struct V {
   }
   static float hsum(T v) { return _mm512_reduce_add_ps(v); }
   static float hmax(T v) { return _mm512_reduce_max_ps(v); }
+  static T sqrt(T a) { return _mm512_sqrt_ps(a); }
+  static T mask_of(__mmask16 m) { return _mm512_castsi512_ps(_mm512_movm_epi32(m)); }
+  static T lt(T a, T b) { return mask_of(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)); }
+  static T le(T a, T b) { return mask_of(_mm512_cmp_ps_mask(a, b, _CMP_LE_OQ)); }
+  static T eq(T a, T b) { return mask_of(_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ)); }
+  static T blend(T m, T x, T y) { return _mm512_mask_blend_ps(_mm512_movepi32_mask(_mm512_castps_si512(m)), y, x); }
+  static T bit_and(T a, T b) { return _mm512_and_ps(a, b); }
+  static T bit_andnot(T a, T b) { return _mm512_andnot_ps(a, b); }
+  static bool any_set(T m) { return _mm512_movepi32_mask(_mm512_castps_si512(m)) != 0; }
+  static T exponent(T a) { return _mm512_getexp_ps(a); }
+  static T mantissa(T a) { return _mm512_getmant_ps(a, _MM_MANT_NORM_1_2, _MM_MANT_SIGN_zero); }
+  static T gather(const float* base, const int32_t* idx) {
+    return _mm512_i32gather_ps(_mm512_loadu_si512(idx), base, 4);
+  }
+  static T gather_tail(const float* base, const int32_t* idx, size_t n) {
+    const __mmask16 m = first_lanes(n);  // the indices past n are not read either
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, _mm512_maskz_loadu_epi32(m, idx), base, 4);
+  }
+  static void dup2(T v, T* lo, T* hi) {
+    *lo = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), v);
+    *hi = _mm512_permutexvar_ps(_mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), v);
+  }
 };
 
 #include "kernels/vector_kernels.inl"
+#include "kernels/vector_ops.inl"
 
 // ---- clustered ------------------------------------------------------------------------------
 // Lane words, L = 16. <= 4 bits: one 16-entry permute (table repeated for narrower codes);
@@ -167,6 +191,14 @@ void f32_global_avgpool_avx512(const float* x, size_t p, size_t c, size_t s, flo
 void f32_binary_avx512(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
 void f32_softmax_avx512(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
 void f32_nnm_gather_avx512(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
+void f32_row_norm_avx512(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
+void f32_log_softmax_avx512(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
+void f32_softmax_axis_avx512(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
+void f32_reduce_avx512(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
+void f32_argreduce_avx512(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
+void f32_col2im_avx512(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
+void f32_resize_nearest_avx512(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
+void f32_resize_linear_avx512(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
 
 void f32_clustered_gemv_avx512(const ClusteredGemvArgs* a, size_t b, size_t e) {
   switch (a->bits) {

@@ -44,9 +44,47 @@ struct V {
   }
   static float hsum(T v) { return vaddvq_f32(v); }
   static float hmax(T v) { return vmaxvq_f32(v); }
+  static T sqrt(T a) { return vsqrtq_f32(a); }
+  static T lt(T a, T b) { return vreinterpretq_f32_u32(vcltq_f32(a, b)); }
+  static T le(T a, T b) { return vreinterpretq_f32_u32(vcleq_f32(a, b)); }
+  static T eq(T a, T b) { return vreinterpretq_f32_u32(vceqq_f32(a, b)); }
+  static T blend(T m, T x, T y) { return vbslq_f32(vreinterpretq_u32_f32(m), x, y); }
+  static T bit_and(T a, T b) {
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b)));
+  }
+  static T bit_andnot(T a, T b) {  // ~a & b
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(b), vreinterpretq_u32_f32(a)));
+  }
+  static bool any_set(T m) { return vmaxvq_u32(vreinterpretq_u32_f32(m)) != 0; }
+  static T exponent(T a) {
+    const uint32x4_t e = vandq_u32(vshrq_n_u32(vreinterpretq_u32_f32(a), 23), vdupq_n_u32(0xff));
+    return vcvtq_f32_s32(vsubq_s32(vreinterpretq_s32_u32(e), vdupq_n_s32(127)));
+  }
+  static T mantissa(T a) {
+    const uint32x4_t m = vandq_u32(vreinterpretq_u32_f32(a), vdupq_n_u32(0x007fffff));
+    return vreinterpretq_f32_u32(vorrq_u32(m, vdupq_n_u32(0x3f800000)));
+  }
+  static T gather(const float* base, const int32_t* idx) {
+    float32x4_t v = vdupq_n_f32(0.0f);
+    v = vld1q_lane_f32(base + idx[0], v, 0);
+    v = vld1q_lane_f32(base + idx[1], v, 1);
+    v = vld1q_lane_f32(base + idx[2], v, 2);
+    v = vld1q_lane_f32(base + idx[3], v, 3);
+    return v;
+  }
+  static T gather_tail(const float* base, const int32_t* idx, size_t n) {
+    float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (size_t i = 0; i < n; ++i) tmp[i] = base[idx[i]];
+    return vld1q_f32(tmp);
+  }
+  static void dup2(T v, T* lo, T* hi) {
+    *lo = vzip1q_f32(v, v);
+    *hi = vzip2q_f32(v, v);
+  }
 };
 
 #include "kernels/vector_kernels.inl"
+#include "kernels/vector_ops.inl"
 
 // ---- clustered ------------------------------------------------------------------------------
 // Lane words, L = 4. A field q becomes the byte indices 4q..4q+3 of its fp32 entry
@@ -188,6 +226,14 @@ void f32_global_avgpool_neon(const float* x, size_t p, size_t c, size_t s, float
 void f32_binary_neon(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
 void f32_softmax_neon(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
 void f32_nnm_gather_neon(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
+void f32_row_norm_neon(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
+void f32_log_softmax_neon(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
+void f32_softmax_axis_neon(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
+void f32_reduce_neon(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
+void f32_argreduce_neon(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
+void f32_col2im_neon(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
+void f32_resize_nearest_neon(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
+void f32_resize_linear_neon(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
 
 void f32_clustered_gemv_neon(const ClusteredGemvArgs* a, size_t b, size_t e) {
   switch (a->bits) {

@@ -19,7 +19,7 @@ from ...runtime.plan import ExecutionPlan
 from ...runtime.precision import PRECISIONS, round_to_storage
 from ..base import Backend
 from ..reference import ReferenceBackend
-from .ops import LOWERINGS
+from .lower import LOWERINGS
 from .program import Binder, Builder, Pool, Runner, Slot, Views, aligned_empty, assign_offsets
 from .threads import physical_cores
 

@@ -40,12 +40,12 @@ from ...runtime.plan import ExecutionPlan
 from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
 from ...runtime.shapes import INT32_MAX, check_element_counts, format_bytes
 from ..base import Backend, IOBinding
-from . import ops_basic, ops_linear  # noqa: F401 (register the lowerings)
+from . import lower  # noqa: F401 (register the lowerings)
 from .config import DeviceConfig, load_device_config
 from .device import Device, open_device, unavailable_reason
 from .kernels import KERNELS, VIEW_OPS, Launch, LoweringContext, NotLowerable, TensorRef, WeightRecord
 from .memory import Block, DeviceBuffer, MappedBufferError, plan_arena
-from .ops_linear import scratch_bytes
+from .lower.conv import scratch_bytes
 from ...profile.records import MemoryReport, OpRecord, ProfileReport
 from .programs import program_cache
 
@@ -338,8 +338,7 @@ class OpenCLBackend(Backend):
         queue.finish()
 
     def _run_on_reference(self, node: Node) -> None:
-        from ..reference.kernels import evaluate  # also registers the reference kernels
-        from .. import reference  # noqa: F401
+        from ...ops import evaluate
         graph = self.plan.graph
         inputs = []
         for name in node.inputs:

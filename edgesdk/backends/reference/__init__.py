@@ -1,4 +1,5 @@
-"""The numpy reference backend: every op, straightforward code, the oracle for other backends."""
+"""The numpy reference backend: runs every op on its reference kernel (``edgesdk.ops``, one
+module per family), the oracle for the other backends."""
 from __future__ import annotations
 
 import contextlib
@@ -9,14 +10,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ...ops import evaluate, runtime_ops
 from ...profile.records import MemoryReport, OpRecord, ProfileReport
 from ...runtime.cost import op_label
 from ...runtime.plan import ExecutionPlan
 from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
 from ..base import Backend
-from . import constant_ops, conv, elementwise, linear, normalization, pool, tensor  # noqa: F401 (register)
-from .constant_ops import CONSTANT_ONLY_OPS
-from .kernels import KERNELS, evaluate
 
 
 class ReferenceBackend(Backend):
@@ -28,7 +27,7 @@ class ReferenceBackend(Backend):
 
     @classmethod
     def supported_ops(cls) -> frozenset[str]:
-        return frozenset(KERNELS) - CONSTANT_ONLY_OPS
+        return runtime_ops()
 
     def __init__(self, plan: ExecutionPlan, *, precision: str = "fp32", threads: int | None = None):
         super().__init__(plan, precision=precision, threads=threads)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...graph import Node
-from .config import DeviceConfig
-from .kernels import DeviceBuffer, Launch, LoweringContext, ceil_div, storage_defines
+from ....graph import Node
+from ..config import DeviceConfig
+from ..kernels import DeviceBuffer, Launch, LoweringContext, ceil_div, storage_defines
 
 # U = G g G^T maps a 3x3 filter g to the 4x4 Winograd domain (see transform_weights).
 G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -41,7 +41,7 @@ def oc_block(config: DeviceConfig, oc: int) -> int:
 
 
 def winograd_applies(config: DeviceConfig, geom, weight_kind: str) -> bool:
-    """Whether the convolution ``geom`` (an ops_linear.ConvGeometry) with weights stored as
+    """Whether the convolution ``geom`` (an conv.ConvGeometry) with weights stored as
     ``weight_kind`` ("dense", "fp16", or a compressed kind) runs as Winograd F(2x2, 3x3)."""
     t = config.tuning("winograd")
     if t.min_tiles is None or weight_kind not in ("dense", "fp16"):

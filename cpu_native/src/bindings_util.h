@@ -1,0 +1,81 @@
+// Helpers shared by the kernel bindings (bindings_kernels.cc, bindings_ops.cc): zero-copy array
+// checks (dtype, C order, writability, shape), activation names and the ISA override. Bindings
+// translation units only (built without ISA flags), so plain inline functions are fine here.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/common.h"
+#include "kernels/dispatch.h"
+
+namespace edgesdk::bindings {
+
+namespace py = pybind11;
+namespace k = edgesdk::kernels;
+
+template <class T>
+inline void require_array(const py::array& a, const char* name, bool writable) {
+  if (!py::isinstance<py::array_t<T>>(a) || !a.dtype().is(py::dtype::of<T>()))
+    throw py::type_error(std::string(name) + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) +
+                         ", got " + std::string(py::str(a.dtype())));
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(name) + ": must be C-contiguous");
+  if (writable && !a.writeable()) throw py::value_error(std::string(name) + ": must be writable");
+}
+
+inline const float* in_f32(const py::array& a, const char* name) {
+  require_array<float>(a, name, false);
+  return static_cast<const float*>(a.data());
+}
+
+inline float* out_f32(py::array& a, const char* name) {
+  require_array<float>(a, name, true);
+  return static_cast<float*>(a.mutable_data());
+}
+
+inline std::vector<size_t> shape_of(const py::array& a) {
+  std::vector<size_t> s(static_cast<size_t>(a.ndim()));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<size_t>(a.shape(static_cast<py::ssize_t>(i)));
+  return s;
+}
+
+inline void expect_shape(const py::array& a, const std::vector<size_t>& want, const char* name) {
+  if (shape_of(a) != want) {
+    std::string w = "(";
+    for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + std::to_string(want[i]);
+    throw py::value_error(std::string(name) + ": expected shape " + w + ")");
+  }
+}
+
+inline k::Activation make_act(const std::string& name, std::optional<float> alpha, std::optional<float> beta) {
+  if (name == "none") return k::act_none();
+  if (name == "relu") return k::act_relu();
+  if (name == "relu6") return k::act_clip(0.0f, 6.0f);
+  if (name == "clip") {
+    if (!alpha || !beta) throw py::value_error("clip needs alpha (min) and beta (max)");
+    return k::act_clip(*alpha, *beta);
+  }
+  if (name == "hardswish") return {k::ActKind::HardSwish, alpha.value_or(1.0f / 6.0f), beta.value_or(0.5f)};
+  if (name == "hardsigmoid") return k::act_hardsigmoid(alpha.value_or(0.2f), beta.value_or(0.5f));
+  if (name == "sigmoid") return k::act_sigmoid();
+  if (name == "tanh") return k::act_tanh();
+  if (name == "leaky_relu") return k::act_leaky_relu(alpha.value_or(0.01f));
+  // The math kinds (no parameters).
+  for (k::ActKind kind : {k::ActKind::Gelu, k::ActKind::GeluTanh, k::ActKind::Erf, k::ActKind::Exp, k::ActKind::Log,
+                          k::ActKind::Abs, k::ActKind::Sqrt, k::ActKind::Reciprocal, k::ActKind::Neg,
+                          k::ActKind::Square, k::ActKind::Silu, k::ActKind::Mish, k::ActKind::Softplus})
+    if (name == k::act_name(kind)) return k::act_of(kind);
+  throw py::value_error("unknown activation '" + name +
+                        "' (none, relu, relu6, clip, hardswish, hardsigmoid, sigmoid, tanh, leaky_relu, gelu, "
+                        "gelu_tanh, erf, exp, log, abs, sqrt, reciprocal, neg, square, silu, mish, softplus)");
+}
+
+inline const k::KernelTable* table_for(const std::optional<std::string>& isa) {
+  return isa ? &k::kernels_for(k::parse_isa(*isa)) : &k::active_kernels();
+}
+
+}  // namespace edgesdk::bindings

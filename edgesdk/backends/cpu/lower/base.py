@@ -1,0 +1,101 @@
+"""The cpu backend's op table (op type -> lowering) and what every family's lowering shares.
+
+Lowerings live in ``lower/<family>.py``, one file per family of ``edgesdk/ops``.
+
+A lowering reads the node's normalised attributes (see ``onnx_import``), prepares weights and
+kernel plans, asks the :class:`~.program.Builder` for buffers, and emits one step whose runner
+calls a native kernel (placement ``native``), a numpy routine writing into the arena
+(``numpy``: copies, layout moves, rare broadcasts), nothing at all (``view``), or the reference
+backend's kernel for that node (``reference``, with the reason in the step note). Every op the
+reference backend runs has an entry; ``fallback`` is the explicit route for the shapes a native
+kernel does not cover.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from ....graph import Node
+from ....runtime.activations import Activation
+from ....runtime.precision import round_to_storage
+from ....ops import evaluate
+from ..program import NCHW, Builder, Runner, Views
+
+Lowering = Callable[[Node, Builder], None]
+LOWERINGS: dict[str, Lowering] = {}
+ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+
+
+def lowering(*ops: str) -> Callable[[Lowering], Lowering]:
+    def register(fn: Lowering) -> Lowering:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+    return register
+
+
+def native_kernels():
+    from .... import _native
+    return _native.kernels
+
+
+ActArgs = tuple[str, "float | None", "float | None"]
+# Activations the GEMM microkernels cannot apply as a clamp in registers (a vector pass follows).
+POST_PASS_ACTIVATIONS = frozenset({"sigmoid", "tanh", "hardswish", "hardsigmoid", "leaky_relu"})
+NO_ACT: ActArgs = ("none", None, None)
+
+
+def act_args(act: Activation | None) -> ActArgs:
+    """The native kernels' (name, alpha, beta) for a fused activation descriptor."""
+    if act is None:
+        return NO_ACT
+    if act.kind == "Clip":
+        lo, hi = act.params
+        return ("relu6", None, None) if (lo, hi) == (0.0, 6.0) else ("clip", float(lo), float(hi))
+    if act.kind == "LeakyRelu":
+        return ("leaky_relu", float(act.params[0]), None)
+    if act.kind == "HardSigmoid":
+        return ("hardsigmoid", float(act.params[0]), float(act.params[1]))
+    if act.kind == "HardSwish":
+        return ("hardswish", 1.0 / 6.0, 0.5)
+    return ({"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}[act.kind], None, None)
+
+
+def fused_act(node: Node) -> ActArgs:
+    return act_args(node.attrs.get("fused_activation"))
+
+
+def then_activate(run: Runner, out: np.ndarray, act: ActArgs, threads: int) -> Runner:
+    """``run`` followed by the activation in place on ``out`` (for routines without a fused one)."""
+    if act == NO_ACT:
+        return run
+    activate = partial(native_kernels().activation, out, *act, threads)
+
+    def both() -> None:
+        run()
+        activate()
+    return both
+
+
+# -- fallback -----------------------------------------------------------------------------------
+def fallback(node: Node, b: Builder, reason: str) -> None:
+    """Run the reference kernel for this node (fused activation included) on graph-order views
+    and copy its result into the arena; recorded with its reason."""
+    slots = [b.read_stored(name) if b.is_activation(name) else None for name in node.inputs]
+    constants = [None if slot is not None or not name else b.graph.const(name)
+                 for slot, name in zip(slots, node.inputs)]
+    constants = [None if c is None else round_to_storage(c, b.precision) for c in constants]
+    outs = [b.write(name, NCHW) if name else None for name in node.outputs]
+
+    def bind(v: Views) -> Runner:
+        ins = [v.logical(s) if s is not None else c for s, c in zip(slots, constants)]
+        dsts = [v[o] if o is not None else None for o in outs]
+
+        def run() -> None:
+            for dst, value in zip(dsts, evaluate(node, ins)):
+                if dst is not None:
+                    np.copyto(dst, value)
+        return run
+    b.emit(node, "reference", bind, reason)

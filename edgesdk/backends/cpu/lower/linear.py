@@ -1,0 +1,121 @@
+"""The cpu lowering of the linear family (``edgesdk/ops/linear.py``): Gemm and MatMul."""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from ....compress.encodings import NNM, Clustered
+from ....graph import Node
+from ....runtime.precision import round_to_storage
+from .. import weights as W
+from ..program import NCHW, Builder, Runner, Slot, Views
+from .base import NO_ACT, fused_act, native_kernels, then_activate, fallback, lowering
+
+
+@lowering("Gemm")
+def gemm(node: Node, b: Builder) -> None:
+    g, k = b.graph, native_kernels()
+    w_name, c_name = node.inputs[1], node.input(2)
+    attrs = node.attrs
+    wt = g.tensors[w_name]
+    if not wt.is_constant:
+        return fallback(node, b, "Gemm with a non-constant B")
+    m, n = b.shape(node.outputs[0])
+    alpha, beta = float(attrs["alpha"]), float(attrs["beta"])
+    c_value = g.const(c_name) if c_name else None
+    if c_name and (c_value is None or c_value.size not in (1, n) or (c_value.ndim == 2 and c_value.shape[0] != 1)):
+        return fallback(node, b, "Gemm with a C that is not a constant row vector")
+    bias = W.bias_vector(g, c_name, n, b.precision, scale=beta) if beta != 0.0 else None
+    enc = wt.encoding
+    if attrs["transB"] and isinstance(enc, Clustered):
+        weights = W.pack_clustered(k, enc, bias, b.precision, scale=alpha)
+        return _emit_linear(node, b, k.clustered_gemm, weights, f"clustered {enc.describe()}")
+    if attrs["transB"] and isinstance(enc, NNM) and enc.mode == "shared":
+        return _gemm_nnm(node, b, enc, bias, alpha)
+    matrix, how = W.stored_matrix(wt)
+    if alpha != 1.0:
+        matrix = matrix.astype(np.float32) * np.float32(alpha)
+    packed = W.pack_dense(k, matrix, bias, b.precision, "nk" if attrs["transB"] else "kn")
+    _emit_linear(node, b, k.gemm, packed, ("GEMV" if m == 1 else "GEMM") + f", {how}")
+
+
+def _linear_input(node: Node, b: Builder) -> tuple[Slot, Slot | None]:
+    """Gemm's A as (M, K): transA goes through a scratch transpose."""
+    a = b.read(node.inputs[0], NCHW)
+    if not node.attrs.get("transA"):
+        return a, None
+    return a, b.scratch(tuple(reversed(b.shape(node.inputs[0]))))
+
+
+def _emit_linear(node: Node, b: Builder, fn, weights, note: str) -> None:
+    a, transposed = _linear_input(node, b)
+    y = b.write(node.outputs[0], NCHW)
+    act, threads = fused_act(node), b.threads_for(node)
+
+    def bind(v: Views) -> Runner:
+        call = partial(fn, v[transposed] if transposed else v[a], weights, v[y], *act, threads)
+        if transposed is None:
+            return call
+        flip = partial(np.copyto, v[transposed], v[a].T)
+
+        def run() -> None:
+            flip()
+            call()
+        return run
+    b.emit(node, "native", bind, note)
+
+
+def _gemm_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None, alpha: float) -> None:
+    k = native_kernels()
+    centroids = enc.centroids if alpha == 1.0 else enc.centroids.astype(np.float32) * np.float32(alpha)
+    packed = W.pack_dense(k, centroids.reshape(centroids.shape[0], -1), None, b.precision)
+    assign = W.nnm_assignment(enc)
+    a, transposed = _linear_input(node, b)
+    m, _ = b.shape(node.outputs[0])
+    y = b.write(node.outputs[0], NCHW)
+    cent = b.scratch((m, centroids.shape[0]))
+    act, threads = fused_act(node), b.threads_for(node)
+
+    def bind(v: Views) -> Runner:
+        steps = []
+        if transposed is not None:
+            steps.append(partial(np.copyto, v[transposed], v[a].T))
+        steps.append(partial(k.gemm, v[transposed] if transposed else v[a], packed, v[cent], *NO_ACT, threads))
+        steps.append(partial(k.nnm_gather, v[cent], assign, bias, v[y], *act, threads))
+
+        def run() -> None:
+            for step in steps:
+                step()
+        return run
+    b.emit(node, "native", bind, f"{enc.describe()}: centroid GEMM + gather")
+
+
+@lowering("MatMul")
+def matmul(node: Node, b: Builder) -> None:
+    k = native_kernels()
+    a_name, w_name = node.inputs
+    w_value = b.graph.const(w_name)
+    out = node.outputs[0]
+    if w_value is None or w_value.ndim != 2 or not b.is_activation(a_name):
+        return _matmul_numpy(node, b)
+    kk, n = w_value.shape
+    packed = W.pack_dense(k, W.stored_matrix(b.graph.tensors[w_name])[0], None, b.precision, "kn")
+    a = b.read(a_name, NCHW)
+    y = b.write(out, NCHW)
+    act, threads = fused_act(node), b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(k.gemm, v[a].reshape(-1, kk), packed, v[y].reshape(-1, n), *act, threads),
+           "GEMM over the flattened leading axes")
+
+
+def _matmul_numpy(node: Node, b: Builder) -> None:
+    """Both operands activations, or a batched / 1-D constant: numpy matmul into the arena."""
+    operands = [b.read(name, NCHW) if b.is_activation(name)
+                else round_to_storage(b.graph.const(name), b.precision) for name in node.inputs]
+    y = b.write(node.outputs[0], NCHW)
+    act, threads = fused_act(node), b.threads_for(node)
+
+    def bind(v: Views) -> Runner:
+        lhs, rhs = (v[o] if isinstance(o, Slot) else o for o in operands)
+        return then_activate(partial(np.matmul, lhs, rhs, out=v[y]), v[y], act, threads)
+    b.emit(node, "numpy", bind, "matmul of activations")

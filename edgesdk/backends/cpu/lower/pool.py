@@ -1,0 +1,51 @@
+"""The cpu lowering of the pool family (``edgesdk/ops/pool.py``): Max / average / global pooling."""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from ....graph import Node
+from ....ops.geometry import pool_sweep
+from ..program import NHWC, Builder
+from .base import fused_act, native_kernels, then_activate, fallback, lowering
+
+
+@lowering("MaxPool", "AveragePool")
+def pool(node: Node, b: Builder) -> None:
+    k = native_kernels()
+    shape = b.shape(node.inputs[0])
+    if len(shape) != 4:
+        return fallback(node, b, "pooling over a rank other than 4")
+    a = node.attrs
+    _, sweep_pads = pool_sweep(node, shape[2], shape[3])
+    overhang = tuple(s - p for s, p in zip(sweep_pads, a["pads"])) != (0, 0, 0, 0)
+    average = node.op == "AveragePool"
+    include_pad = bool(average and a["count_include_pad"])
+    if include_pad and overhang:
+        # The kernel would count the ceil_mode overhang as padding; the reference does not.
+        return fallback(node, b, "AveragePool counting pads with a ceil_mode overhang")
+    x = b.read(node.inputs[0], NHWC)
+    y = b.write(node.outputs[0], NHWC)
+    fn = k.avg_pool if average else k.max_pool
+    args = (tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]), list(sweep_pads), include_pad)
+    act, threads = fused_act(node), b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(fn, v[x], v[y], *args, *act, threads), node.op)
+
+
+@lowering("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(node: Node, b: Builder) -> None:
+    k = native_kernels()
+    shape = b.shape(node.inputs[0])
+    if len(shape) != 4:
+        return fallback(node, b, "global pooling over a rank other than 4")
+    n, c = shape[:2]
+    x = b.read(node.inputs[0], NHWC)
+    y = b.write(node.outputs[0], NHWC)
+    act, threads = fused_act(node), b.threads_for(node)
+    if node.op == "GlobalAveragePool":
+        b.emit(node, "native", lambda v: partial(k.global_avg_pool, v[x], v[y].reshape(n, c), *act, threads),
+               "global average")
+        return
+    b.emit(node, "numpy", lambda v: then_activate(
+        partial(np.max, v[x], axis=(1, 2), out=v[y].reshape(n, c)), v[y], act, threads), "max over H, W")

@@ -1,0 +1,5 @@
+"""The opencl backend's lowerings, one module per op family (the families of ``edgesdk.ops``);
+each registers its ops in ``kernels.KERNELS``."""
+from __future__ import annotations
+
+from . import conv, elementwise, linear, normalization, pool, reduce, tensor  # noqa: F401 (register)

@@ -1,0 +1,35 @@
+"""The opencl lowering of the elementwise family (``edgesdk/ops/elementwise.py``): Add/Sub/Mul/Div with broadcasting and stand-alone activations."""
+from __future__ import annotations
+
+
+from ....graph import Node
+from ..kernels import Launch, LoweringContext, activation_defines, ceil_div, kernel, storage_defines
+from .common import broadcast_strides, operand, pad_rank
+
+_BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
+
+
+@kernel("Add", "Sub", "Mul", "Div")
+def binary(ctx: LoweringContext, node: Node) -> list[Launch]:
+    y = ctx.act(node.outputs[0])
+    a, a_half, a_shape = operand(ctx, node.inputs[0])
+    b, b_half, b_shape = operand(ctx, node.inputs[1])
+    common = {"OP": _BINARY_OPS[node.op], "TOTAL": y.size, **storage_defines(A=a_half, B=b_half, Y=y.half),
+              **activation_defines(node.attrs.get("fused_activation"))}
+    if a_shape == b_shape == y.shape:
+        return [ctx.launch("eltwise.cl", "binary_same", {"BINARY_SAME": 1, **common}, [a, b, y.buffer],
+                           (ceil_div(y.size, ctx.vec),), "eltwise")]
+    out = pad_rank(y.shape)
+    defines = {"BINARY_BROADCAST": 1, **common, **{f"D{i}": d for i, d in enumerate(out)},
+               **{f"SA{i}": s for i, s in enumerate(broadcast_strides(a_shape, out))},
+               **{f"SB{i}": s for i, s in enumerate(broadcast_strides(b_shape, out))}}
+    return [ctx.launch("eltwise.cl", "binary_broadcast", defines, [a, b, y.buffer], (y.size,), "eltwise")]
+
+
+@kernel("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+def activation(ctx: LoweringContext, node: Node) -> list[Launch]:
+    x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
+    defines = {"UNARY": 1, "TOTAL": y.size, **storage_defines(X=x.half, Y=y.half),
+               **activation_defines(node.attrs["activation"])}
+    return [ctx.launch("eltwise.cl", "unary", defines, [x.buffer, y.buffer], (ceil_div(y.size, ctx.vec),),
+                       "eltwise")]
