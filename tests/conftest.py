@@ -16,6 +16,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+# Every op test of tests/ops runs on each of these (backend, precision) pairs.
+OP_TEST_TARGETS = (("reference", "fp32"), ("cpu", "fp32"), ("opencl", "fp32"), ("cpu", "fp16"), ("opencl", "fp16"))
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
@@ -36,3 +40,10 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-4, w
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
     scale = float(np.max(np.abs(expected))) if expected.size else 1.0
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(scale, 1e-6), err_msg=what)
+
+
+@pytest.fixture(params=OP_TEST_TARGETS, ids=lambda p: "/".join(p))
+def target(request):
+    """One backend and precision for the op tests of ``tests/ops`` (see ``ops/op_tester.py``)."""
+    from ops.op_tester import Target
+    return Target(*request.param)

@@ -12,6 +12,7 @@ so the whole model folds at import and the folding kernels are checked.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import warnings
@@ -22,12 +23,14 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
+from edgesdk.onnx_import import supported_operators
 from edgesdk.ops import constant_only_ops
 
 CONSTANT_ONLY_OPS = constant_only_ops()
-from edgesdk.onnx_import import supported_operators
-
-CACHE = Path(os.environ.get("EDGESDK_TEST_CACHE", Path(__file__).parent / ".cache")) / f"onnx-node-{onnx.__version__}"
+# Keyed by the onnx version and the set of ops edgesdk imports (a new op brings its cases in).
+_OPS_KEY = hashlib.sha256(",".join(sorted(supported_operators())).encode()).hexdigest()[:12]
+CACHE = (Path(os.environ.get("EDGESDK_TEST_CACHE", Path(__file__).parent / ".cache"))
+         / f"onnx-node-{onnx.__version__}-{_OPS_KEY}")
 
 
 @dataclass
