@@ -43,17 +43,18 @@ class ExportError(EdgeSDKError):
     """The ONNX file cannot be written (a directory, no permission, the model's own file)."""
 
 
-def export_onnx(model: Any, path: str | os.PathLike, *, input_shapes: dict | None = None) -> Path:
+def export_onnx(model: Any, path: str | os.PathLike, *, input_shapes: dict | None = None,
+                outputs: list[str] | None = None) -> Path:
     """Write ``model`` as an ONNX file at ``path`` (temp file + rename: never half a file).
 
     ``model`` is a path to an .edgepkg or .onnx file (recognised by content), an
     ``onnx.ModelProto`` or an :class:`edgesdk.Graph`; ``input_shapes`` fixes dynamic input
-    dimensions of ONNX models as for :class:`edgesdk.Session`. Weights are decoded to float32 and
+    dimensions of ONNX models and ``outputs`` cuts the graph as for :class:`edgesdk.Session`. Weights are decoded to float32 and
     fused activations written as separate nodes. The result passes
     ``onnx.checker.check_model(full_check=True)``. Returns the path written."""
     from .loader import load_model
     _refuse_overwriting_source(model, path)
-    proto = to_onnx(load_model(model, input_shapes))
+    proto = to_onnx(load_model(model, input_shapes, outputs))
     return save_onnx(proto, path)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import ModelLoadError
+from .errors import ModelLoadError, UnsupportedModelError
 from .graph import Graph
 from .package import load_package
 from .package.layout import MAGIC as PACKAGE_MAGIC
@@ -27,8 +27,40 @@ _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _TO_ONNX = "edgesdk reads ONNX (.onnx) and .edgepkg files"
 
 
-def load_model(model: Any, input_shapes: InputShapes | None = None) -> Graph:
-    """A private copy of the model as a Graph (the caller's Graph is never modified)."""
+def load_model(model: Any, input_shapes: InputShapes | None = None,
+               outputs: Sequence[str] | None = None) -> Graph:
+    """A private copy of the model as a Graph (the caller's Graph is never modified). ``outputs``
+    cuts the graph at these tensors: they become its outputs and what they do not depend on is
+    dropped (for ONNX models before import, so ops after the cut need not be supported)."""
+    if outputs is not None and (isinstance(outputs, str) or not all(isinstance(o, str) for o in outputs)):
+        raise UnsupportedModelError(f"outputs must be a list of tensor names, got {outputs!r}")
+    if type(model).__name__ == "ModelProto" or (
+            isinstance(model, (str, os.PathLike)) and model_format(Path(model)) == "onnx"):
+        from .onnx_import import import_model, load_onnx
+        if isinstance(model, (str, os.PathLike)):
+            return load_onnx(model, input_shapes, outputs)
+        return import_model(model, input_shapes, outputs=outputs)
+    graph = _load_graph(model, input_shapes)
+    return graph if outputs is None else cut_graph(graph, outputs)
+
+
+def cut_graph(graph: Graph, outputs: Sequence[str]) -> Graph:
+    """``graph`` with ``outputs`` as its outputs and the nodes they do not need removed."""
+    from .passes import eliminate_dead_nodes
+    unknown = [o for o in outputs if o not in graph.tensors]
+    if unknown or not outputs or len(set(outputs)) != len(outputs):
+        problem = f"{unknown} are not tensors of the model" if unknown else "must name at least one tensor, each once"
+        raise UnsupportedModelError(f"outputs {problem}; `edgesdk inspect MODEL` lists its tensors")
+    graph.outputs = list(outputs)
+    eliminate_dead_nodes(graph)
+    needed = {i for node in graph.nodes for i in node.inputs} | set(graph.outputs)
+    graph.inputs = [i for i in graph.inputs if i in needed]
+    graph.remove_unused_tensors()
+    graph.metadata["cut_at"] = list(outputs)
+    return graph
+
+
+def _load_graph(model: Any, input_shapes: InputShapes | None) -> Graph:
     if isinstance(model, Graph):
         if input_shapes:
             raise ModelLoadError("input_shapes applies to ONNX models; a Graph already has fixed shapes")
@@ -42,11 +74,6 @@ def load_model(model: Any, input_shapes: InputShapes | None = None) -> Graph:
             if input_shapes:
                 raise ModelLoadError("input_shapes applies to ONNX models; a package already has fixed shapes")
             return load_package(path)
-        from .onnx_import import load_onnx
-        return load_onnx(path, input_shapes)
-    if type(model).__name__ == "ModelProto":
-        from .onnx_import import import_model
-        return import_model(model, input_shapes)
     raise ModelLoadError(f"cannot load a model from a {type(model).__name__}; pass a path to an .onnx "
                          f"or .edgepkg file, an onnx.ModelProto or an edgesdk Graph")
 

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnx.helper
 import onnx.numpy_helper
+import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
 from .errors import EdgeSDKError, ModelLoadError, UnsupportedModelError, UnsupportedOperatorError
@@ -40,8 +41,10 @@ def supported_operators() -> list[str]:
     return onnx_operators()
 
 
-def load_onnx(path: str | os.PathLike, input_shapes: InputShapes | None = None) -> Graph:
-    """Read an .onnx file and import it. Errors are one-line :class:`ModelLoadError`s."""
+def load_onnx(path: str | os.PathLike, input_shapes: InputShapes | None = None,
+              outputs: Sequence[str] | None = None) -> Graph:
+    """Read an .onnx file and import it (up to ``outputs`` when given: see :func:`import_model`).
+    Errors are one-line :class:`ModelLoadError`s."""
     path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"model file {str(path)!r} not found" if not path.exists()
@@ -53,17 +56,19 @@ def load_onnx(path: str | os.PathLike, input_shapes: InputShapes | None = None) 
     except Exception as exc:  # onnx raises assorted errors for external-data and parse problems
         raise ModelLoadError(f"{path}: not a readable ONNX model ({type(exc).__name__}: "
                              f"{_first_line(exc)})") from None
-    graph = import_model(model, input_shapes, source=str(path))
+    graph = import_model(model, input_shapes, source=str(path), outputs=outputs)
     return graph
 
 
 def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
-                 source: str = "<memory>") -> Graph:
-    """Import an in-memory ONNX model."""
+                 source: str = "<memory>", outputs: Sequence[str] | None = None) -> Graph:
+    """Import an in-memory ONNX model. ``outputs`` cuts the graph: only the nodes these tensors
+    depend on are imported and they become the graph's outputs (a detector's exported
+    post-processing, with data-dependent shapes, is left out that way)."""
     if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
         raise ModelLoadError(f"{source}: not an ONNX model (no graph, outputs or IR version)")
     model = _upgrade_opset(model, source)
-    return _Importer(model, dict(input_shapes or {}), source).run()
+    return _Importer(model, dict(input_shapes or {}), source, outputs).run()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -93,9 +98,20 @@ def _upgrade_opset(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
             f"({_first_line(exc)}); re-export with opset_version>={MIN_OPSET}") from None
 
 
+# Ops whose output shapes depend on the data: a static-shape runtime cannot plan them. Exported
+# detection post-processing uses them after the heads, so the message suggests cutting there.
+DATA_DEPENDENT_OPS = frozenset({"NonZero", "TopK", "If", "Loop", "Scan", "NonMaxSuppression", "Unique",
+                                "Compress", "RoiAlign", "SequenceConstruct", "SplitToSequence"})
+# float16 models run as float32 inside (precision="fp16" stores tensors as half); their float16
+# inputs and outputs keep float16 at the Session's interface, as ONNX Runtime gives them.
+_STORED_AS = {np.dtype(np.float16): np.dtype(np.float32)}
+
+
 class _Importer:
-    def __init__(self, model: onnx.ModelProto, input_shapes: dict[str, Sequence[int]], source: str):
+    def __init__(self, model: onnx.ModelProto, input_shapes: dict[str, Sequence[int]], source: str,
+                 outputs: Sequence[str] | None = None):
         self.model = model
+        self.wanted_outputs = list(outputs) if outputs is not None else None
         self.onnx_graph = model.graph
         self.opset = _opset(model)
         self.source = source
@@ -113,15 +129,23 @@ class _Importer:
             raise UnsupportedModelError(
                 f"input_shapes names {sorted(unknown)} that are not model inputs "
                 f"({', '.join(vi.name for vi in g.input if vi.name not in graph.tensors)})")
+        needed_nodes, needed_tensors = self._needed()
         for vi in g.input:
-            if vi.name not in graph.tensors:  # old exporters list initializers as inputs too
+            if vi.name not in graph.tensors and vi.name in needed_tensors:  # old exporters list initializers as inputs too
                 self._add_graph_input(vi)
         for index, proto in enumerate(g.node):
-            self._import_node(proto, index)
-        for out in g.output:
-            if out.name not in graph.tensors:
-                raise UnsupportedModelError(f"graph output {out.name!r} is not produced by any node")
-            graph.outputs.append(out.name)
+            if index in needed_nodes:
+                self._import_node(proto, index)
+        declared = {vi.name: vi for vi in g.output}
+        if self.wanted_outputs is not None and not set(self.wanted_outputs) <= declared.keys():
+            declared.update(self._declared_types(set(self.wanted_outputs) - declared.keys()))
+        for name in self.wanted_outputs if self.wanted_outputs is not None else list(declared):
+            if name not in graph.tensors:
+                raise UnsupportedModelError(f"graph output {name!r} is not produced by any node")
+            graph.outputs.append(name)
+            self._note_interface_dtype(declared.get(name), name)
+        if self.wanted_outputs is not None:
+            graph.metadata["cut_at"] = list(self.wanted_outputs)
         graph.metadata.update(
             source=self.source, producer=f"{self.model.producer_name} {self.model.producer_version}".strip(),
             opset=self.opset, ir_version=self.model.ir_version)
@@ -130,15 +154,62 @@ class _Importer:
         graph.remove_unused_tensors()
         return graph
 
+    def _needed(self) -> tuple[set[int], set[str]]:
+        """Indices of the ONNX nodes the wanted outputs depend on, and every tensor they read
+        (all nodes and inputs when the graph is not cut)."""
+        g = self.onnx_graph
+        if self.wanted_outputs is None:
+            return set(range(len(g.node))), {vi.name for vi in g.input}
+        producer = {o: i for i, proto in enumerate(g.node) for o in proto.output if o}
+        known = producer.keys() | {vi.name for vi in g.input} | {t.name for t in g.initializer}
+        unknown = [o for o in self.wanted_outputs if o not in known]
+        if unknown or not self.wanted_outputs or len(set(self.wanted_outputs)) != len(self.wanted_outputs):
+            problem = (f"{unknown} are not tensors of the model" if unknown
+                       else "must name at least one tensor, each once")
+            raise UnsupportedModelError(
+                f"outputs {problem}; name tensors the model computes (`edgesdk inspect MODEL` lists the "
+                f"graph outputs; onnx.load(...).graph.node[i].output the intermediate ones)")
+        nodes, tensors, stack = set(), set(), list(self.wanted_outputs)
+        while stack:
+            name = stack.pop()
+            if name in tensors:
+                continue
+            tensors.add(name)
+            index = producer.get(name)
+            if index is not None and index not in nodes:
+                nodes.add(index)
+                stack.extend(i for i in g.node[index].input if i)
+        return nodes, tensors
+
+    def _declared_types(self, names: set[str]) -> dict[str, onnx.ValueInfoProto]:
+        """ONNX's element types of intermediate tensors chosen as outputs (a cut float16 model
+        returns float16 there too), from the model's value_info or onnx's shape inference."""
+        found = {vi.name: vi for vi in self.onnx_graph.value_info if vi.name in names}
+        if names - found.keys():
+            try:
+                inferred = onnx.shape_inference.infer_shapes(self.model).graph.value_info
+            except Exception:  # inference is a nicety here: without it the output stays float32
+                inferred = []
+            found.update({vi.name: vi for vi in inferred if vi.name in names and vi.name not in found})
+        return found
+
+    def _note_interface_dtype(self, vi: onnx.ValueInfoProto | None, name: str) -> None:
+        """Remember a float16 graph input or output: the Session converts at its interface."""
+        if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
+            return
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+        if dtype in _STORED_AS and self.graph.tensors[name].dtype == _STORED_AS[dtype]:
+            self.graph.metadata.setdefault("interface_dtypes", {})[name] = dtype.name
+
     def _add_graph_input(self, vi: onnx.ValueInfoProto) -> None:
         ttype = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise UnsupportedModelError(f"input {vi.name!r} is not a tensor")
         dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type) if ttype.elem_type else None
-        if dtype != np.float32:
+        if dtype not in (np.float32, np.float16):
             raise UnsupportedModelError(
-                f"input {vi.name!r} has dtype {dtype}; edgesdk runs float32 models (export the model "
-                f"with float32 inputs)")
+                f"input {vi.name!r} has dtype {dtype}; edgesdk runs float32 and float16 models (export "
+                f"the model with float inputs)")
         declared = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
                     for d in ttype.shape.dim]
         given = self.input_shapes.get(vi.name)
@@ -163,6 +234,7 @@ class _Importer:
         # Before any node sees it: a Shape of it folds, a backend allocates it (ModelTooLargeError)
         check_tensor_size(vi.name, shape, np.float32, role="input")
         self.graph.add_input(vi.name, shape, np.float32)
+        self._note_interface_dtype(vi, vi.name)
 
     def _note_fixed_batch(self, name: str, dim_param: str, shape: tuple[int, ...]) -> None:
         """Record (graph metadata, for inspect and packages) and say once that a dynamic batch is 1."""
@@ -178,9 +250,15 @@ class _Importer:
     def tensor_value(self, proto: onnx.TensorProto, what: str) -> np.ndarray:
         try:
             base = os.path.dirname(self.source) if os.path.exists(self.source) else None
-            return onnx.numpy_helper.to_array(proto, base_dir=base or "")
+            value = onnx.numpy_helper.to_array(proto, base_dir=base or "")
         except Exception as exc:
             raise ModelLoadError(f"{self.source}: cannot read {what} ({_first_line(exc)})") from None
+        return value.astype(_STORED_AS[value.dtype]) if value.dtype in _STORED_AS else value
+
+    @staticmethod
+    def stored_dtype(dtype: np.dtype) -> np.dtype:
+        """The dtype a tensor of ``dtype`` is held in (float16 runs as float32)."""
+        return _STORED_AS.get(np.dtype(dtype), np.dtype(dtype))
 
     # -- one node -----------------------------------------------------------------------------
     def _import_node(self, proto: onnx.NodeProto, index: int) -> None:
@@ -188,6 +266,8 @@ class _Importer:
         spec = OPS.get(proto.op_type) if proto.domain in _DEFAULT_DOMAINS else None
         if spec is None or spec.importer is None:
             op = proto.op_type if proto.domain in _DEFAULT_DOMAINS else f"{proto.domain}.{proto.op_type}"
+            if proto.op_type in DATA_DEPENDENT_OPS:
+                raise self._data_dependent(proto, name)
             raise UnsupportedOperatorError(op, name, supported_operators())
         inputs, outputs = list(proto.input), list(proto.output)
         for i in inputs:
@@ -210,6 +290,14 @@ class _Importer:
             raise UnsupportedModelError(
                 f"node {name!r} ({proto.op_type}) has malformed attributes or inputs "
                 f"({type(exc).__name__}: {_first_line(exc)})") from None
+
+    def _data_dependent(self, proto: onnx.NodeProto, name: str) -> UnsupportedModelError:
+        feeds = [i for i in proto.input if i and i in self.graph.tensors and self.graph.const(i) is None][:3]
+        cut = ",".join(feeds) or "TENSOR"
+        return UnsupportedModelError(
+            f"node {name!r}: {proto.op_type} has data-dependent output shapes, which edgesdk does not run; "
+            f"cut the graph before it with outputs=[...] (CLI: --outputs {cut}) and run the rest "
+            f"(e.g. NMS) in your own code")
 
     def _check_arity(self, proto: onnx.NodeProto, name: str) -> None:
         """Input and output counts within what the op's ONNX schema allows at this opset."""

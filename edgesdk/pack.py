@@ -74,25 +74,26 @@ class PackResult:
 
 
 def compress_model(source: ModelSource, recipe: Recipe | None = None, *, input_shapes=None,
-                   progress: Progress | None = None, unmatched: Unmatched = "warn"
+                   outputs: list[str] | None = None, progress: Progress | None = None, unmatched: Unmatched = "warn"
                    ) -> tuple[Graph, list[LayerReport]]:
     """Load ``source``, run the graph passes (BatchNorm folds before clustering), then compress the
     Conv and Gemm weights as ``recipe`` says (default: ``Recipe()``, which stores them dense).
 
     ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph` (left
     unmodified); ``input_shapes`` fixes dynamic input dimensions of ONNX models
-    (``{"input": (1, 3, 224, 224)}``); ``progress(done, total, layer_name)`` is called per layer;
+    (``{"input": (1, 3, 224, 224)}``); ``outputs`` cuts the graph at these tensors; ``progress(done, total, layer_name)`` is called per layer;
     ``unmatched`` says what a recipe pattern matching no layer gives ("warn", "error", "ignore").
     Returns the compressed graph (ready for ``Session`` or ``save_package``) and one
     :class:`LayerReport` per compressible layer."""
-    graph = load_model(source, input_shapes)
+    graph = load_model(source, input_shapes, outputs)
     optimize(graph)
     return graph, compress(graph, recipe if recipe is not None else Recipe(), progress=progress,
                            unmatched=unmatched)
 
 
 def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | None = None, *,
-               data: Dataset | None = None, input_shapes=None, graph: Graph | None = None,
+               data: Dataset | None = None, input_shapes=None, outputs: list[str] | None = None,
+               graph: Graph | None = None,
                progress: Progress | None = None, max_drop: float | None = None,
                unmatched: Unmatched = "warn") -> PackResult:
     """Compress ``source`` with ``recipe`` and write the .edgepkg package ``output``.
@@ -103,22 +104,22 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     a compressed model whose accuracy fell by more raises :class:`AccuracyDropError` and nothing is
     written. ``graph`` passes a graph already compressed from ``source`` (e.g. by fine-tuning)
     instead of compressing here; ``progress(done, total, stage)`` reports compression,
-    evaluation and writing; ``unmatched`` as for :func:`compress_model`. The package is written
+    evaluation and writing; ``input_shapes``, ``outputs`` and ``unmatched`` as for :func:`compress_model`. The package is written
     atomically (temp file + rename)."""
     from .package import save_package
 
     _check_pack_arguments(source, output, data, max_drop)
     recipe = recipe if recipe is not None else Recipe()
     if graph is None:
-        graph, reports = compress_model(source, recipe, input_shapes=input_shapes, progress=progress,
-                                        unmatched=unmatched)
+        graph, reports = compress_model(source, recipe, input_shapes=input_shapes, outputs=outputs,
+                                        progress=progress, unmatched=unmatched)
     else:
         reports = [LayerReport(**{k: v for k, v in r.items() if k != "ratio"})
                    for r in graph.metadata.get("compression", {}).get("layers", [])]
     label, source_bytes, source_sha256 = _describe_source(source)
     accuracy = baseline = None
     if data is not None:
-        baseline, accuracy = _accuracies(source, graph, data, input_shapes, progress)
+        baseline, accuracy = _accuracies(source, graph, data, input_shapes, outputs, progress)
         if max_drop is not None and 100 * (baseline - accuracy) > max_drop + 1e-9:
             raise AccuracyDropError(dataset=data.name, baseline=baseline, accuracy=accuracy, max_drop_pp=max_drop,
                                     output=str(output))
@@ -148,7 +149,7 @@ def _check_pack_arguments(source: ModelSource, output: str | os.PathLike, data: 
         raise InputError(f"max_drop must be a number of percentage points in [0, 100], got {max_drop!r}")
 
 
-def _accuracies(source: ModelSource, graph: Graph, data: Dataset, input_shapes,
+def _accuracies(source: ModelSource, graph: Graph, data: Dataset, input_shapes, outputs,
                 progress: Progress | None) -> tuple[float, float]:
     """(uncompressed, compressed) top-1 accuracy of ``source`` and ``graph`` on ``data``."""
     from .evaluation import evaluate
@@ -156,7 +157,7 @@ def _accuracies(source: ModelSource, graph: Graph, data: Dataset, input_shapes,
 
     def stage(name: str):
         return (lambda done, total: progress(done, total, name)) if progress else None
-    baseline = evaluate(Session(source, input_shapes=input_shapes), data, progress=stage("evaluating uncompressed"))
+    baseline = evaluate(Session(source, input_shapes=input_shapes, outputs=outputs), data, progress=stage("evaluating uncompressed"))
     accuracy = evaluate(Session(graph), data, progress=stage("evaluating compressed")).accuracy
     return baseline.accuracy, accuracy
 

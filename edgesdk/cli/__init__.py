@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     model_opts.add_argument("model", help="model file (.onnx or .edgepkg)")
     model_opts.add_argument("--input-shape", action="append", metavar="NAME=DxD...",
                             help="fix a dynamic input shape, e.g. input=1x3x224x224 (repeatable)")
+    model_opts.add_argument("--outputs", action="append", metavar="NAME[,NAME...]",
+                            help="cut the graph at these tensors, which become its outputs (e.g. a detector's "
+                                 "heads before its data-dependent post-processing)")
 
     backend_opts = argparse.ArgumentParser(add_help=False)
     backend_opts.add_argument("--backend", default="auto",

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .inputs import check_output_folder, parse_input_shapes, percentage_points
+from .inputs import check_output_folder, parse_input_shapes, parse_outputs, percentage_points
 from .output import bars, emit_json, format_bytes, format_count, notes, table
 
 
@@ -58,6 +58,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     shapes, bar = parse_input_shapes(args.input_shape), Progress("packing", leave=False)
     try:
         result = pack_model(args.model, args.output, recipe, data=data, input_shapes=shapes, progress=bar,
+                            outputs=parse_outputs(args.outputs),
                             max_drop=args.max_drop, unmatched="error" if args.strict_recipe else "warn")
     except AccuracyDropError as exc:
         raise exc.with_hint("try a gentler recipe (lower --prune, higher --cluster-bits), `edgesdk finetune` "

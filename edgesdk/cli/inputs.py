@@ -58,6 +58,16 @@ def parse_input_shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]
     return shapes
 
 
+def parse_outputs(specs: Sequence[str] | None) -> list[str] | None:
+    """``--outputs a,b --outputs c`` -> ["a", "b", "c"] (None when not given)."""
+    if not specs:
+        return None
+    names = [name.strip() for spec in specs for name in spec.split(",")]
+    if not all(names):
+        raise InputError(f"--outputs {','.join(specs)!r}: expected tensor names separated by commas")
+    return names
+
+
 def check_output_folder(output: str) -> None:
     """-o into a folder that does not exist fails now, not after the work."""
     folder = Path(output).resolve().parent
@@ -97,6 +107,7 @@ def open_session(args: argparse.Namespace, model: Any = None, **overrides: Any):
                    precision=getattr(args, "precision", "fp32"),
                    threads=getattr(args, "threads", None),
                    input_shapes=parse_input_shapes(getattr(args, "input_shape", None)),
+                   outputs=parse_outputs(getattr(args, "outputs", None)),
                    optimize=not getattr(args, "no_optimize", False))
     options.update(overrides)
     session = Session(model if model is not None else args.model, **options)

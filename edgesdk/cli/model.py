@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EdgeSDKError
-from .inputs import load_feeds, open_session, parse_input_shapes
+from .inputs import load_feeds, open_session, parse_input_shapes, parse_outputs
 from .output import atomic_write, bars, describe_array, emit_json, format_bytes, format_count, table
 
 
@@ -159,7 +159,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 # -- export ----------------------------------------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
     from ..export import export_onnx
-    path = export_onnx(args.model, args.output, input_shapes=parse_input_shapes(args.input_shape))
+    path = export_onnx(args.model, args.output, input_shapes=parse_input_shapes(args.input_shape),
+                       outputs=parse_outputs(args.outputs))
     report = {"model": str(args.model), "output": str(path), "bytes": path.stat().st_size}
     if args.json:
         emit_json(report)

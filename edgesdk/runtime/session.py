@@ -57,17 +57,21 @@ class Session:
     ``backend`` is ``"auto"`` (cpu where its native module loads and it builds this model, else
     reference), or a name from :func:`edgesdk.backends.backend_names`; the name in use is
     ``sess.backend``. ``precision`` is ``"fp32"`` or ``"fp16"``; ``threads`` the kernel threads
-    (None: the backend's default). Thread-safe; usable as a context manager (closes on exit).
+    (None: the backend's default). ``outputs`` cuts the graph at these tensors (a detector up to
+    its heads, without its data-dependent post-processing). A float16 model takes and returns
+    float16 arrays, as in ONNX Runtime (it computes in float32, or in half storage with
+    ``precision="fp16"``). Thread-safe; usable as a context manager (closes on exit).
     """
 
     def __init__(self, model: Any, backend: str = "auto", precision: str = "fp32",
                  threads: int | None = None, *, input_shapes: "InputShapes | None" = None,
-                 optimize: bool = True) -> None:
+                 outputs: Sequence[str] | None = None, optimize: bool = True) -> None:
         from ..loader import load_model  # imports the ONNX reader only when a Session is made
         candidates = backend_candidates(backend, precision)  # a bad name or precision fails before loading
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
             raise InputError(f"threads must be a positive integer or None, got {threads!r}")
-        graph = load_model(model, input_shapes)
+        graph = load_model(model, input_shapes, outputs)
+        self._interface_dtypes = _interface_dtypes(graph)
         self.optimization_stats = optimize_graph(graph) if optimize else {}
         self.graph: Graph = graph
         self.plan = make_plan(graph)
@@ -103,11 +107,11 @@ class Session:
 
     def get_inputs(self) -> list[TensorInfo]:
         """The inputs as ONNX Runtime lists them: objects with ``.name``, ``.shape``, ``.type``."""
-        return [TensorInfo.of(n, self.graph.tensors[n].shape, self.graph.tensors[n].dtype) for n in self.graph.inputs]
+        return [TensorInfo.of(n, self.graph.tensors[n].shape, self._dtype(n)) for n in self.graph.inputs]
 
     def get_outputs(self) -> list[TensorInfo]:
         """The outputs as ONNX Runtime lists them: objects with ``.name``, ``.shape``, ``.type``."""
-        return [TensorInfo.of(n, self.graph.tensors[n].shape, self.graph.tensors[n].dtype) for n in self.graph.outputs]
+        return [TensorInfo.of(n, self.graph.tensors[n].shape, self._dtype(n)) for n in self.graph.outputs]
 
     # -- running ------------------------------------------------------------------------------
     @overload
@@ -135,6 +139,9 @@ class Session:
             results = self._impl.run(checked)
         finally:
             self._leave()
+        for name in wanted:
+            if name in self._interface_dtypes:
+                results[name] = results[name].astype(self._interface_dtypes[name])
         if as_list:
             return [results[name] for name in wanted]
         return {name: results[name] for name in wanted}
@@ -254,16 +261,34 @@ class Session:
             value = feeds[name]
             if not isinstance(value, np.ndarray):
                 raise InputError(f"input {name!r}: expected a numpy array, got {type(value).__name__}")
-            expected = self.graph.tensors[name]
-            if value.dtype != expected.dtype:
-                raise InputError(f"input {name!r}: expected dtype {expected.dtype}, got {value.dtype} "
-                                 f"(use x.astype(np.{expected.dtype}))")
+            expected, dtype = self.graph.tensors[name], self._dtype(name)
+            if value.dtype != dtype:
+                raise InputError(f"input {name!r}: expected dtype {dtype}, got {value.dtype} "
+                                 f"(use x.astype(np.{dtype}))")
             if value.shape != expected.shape:
                 raise InputError(f"input {name!r}: expected shape {expected.shape}, got {value.shape}")
-            checked[name] = value
+            checked[name] = value if dtype == expected.dtype else value.astype(expected.dtype)
         return checked
+
+    def _dtype(self, name: str) -> np.dtype:
+        """The dtype of graph input or output ``name`` at the interface (float16 models: float16)."""
+        return self._interface_dtypes.get(name, self.graph.tensors[name].dtype)
 
     def __repr__(self) -> str:
         closed = ", closed" if self._closed else ""
         return (f"Session({self.graph.name!r}, backend={self.backend!r}, precision={self.precision!r}, "
                 f"inputs={self.input_shapes}, outputs={self.output_shapes}{closed})")
+
+
+def _interface_dtypes(graph: Graph) -> dict[str, np.dtype]:
+    """Graph inputs and outputs held as float32 inside but float16 at the interface (from the
+    importer, or a package's metadata, which is checked: a package may lie)."""
+    from ..errors import ModelLoadError
+    declared = graph.metadata.get("interface_dtypes") or {}
+    io = set(graph.inputs) | set(graph.outputs)
+    if not isinstance(declared, dict) or any(
+            name not in io or dtype != "float16" or graph.tensors[name].dtype != np.float32
+            for name, dtype in declared.items()):
+        raise ModelLoadError(f"graph metadata interface_dtypes {declared!r} does not describe float16 "
+                                f"inputs/outputs of this graph; re-export or re-pack the model")
+    return {name: np.dtype(dtype) for name, dtype in declared.items() if name in io}
