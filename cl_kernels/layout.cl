@@ -1,4 +1,5 @@
-// Data movement: Concat (one copy per input into its slice), Transpose and constant Pad.
+// Data movement: Concat (one copy per input into its slice), constant Pad, the strided copy behind
+// Transpose, Split, Slice, Expand, Tile, DepthToSpace and SpaceToDepth, and Gather along an axis.
 // Reshape, Flatten, Squeeze and Unsqueeze never reach a kernel: they are views of their input.
 
 #ifdef CONCAT_COPY
@@ -10,23 +11,6 @@ __kernel void concat_copy(__global const X_T* restrict x, __global Y_T* restrict
     const int a = (i / INNER) % AX;
     const int outer = i / (INNER * AX);
     STORE_Y(y, (outer * YAX + OFF + a) * INNER + inner, LOAD_X(x, i));
-}
-#endif
-
-#ifdef TRANSPOSE
-// y[i] = x[sum_k idx_k * S_k]: output dims D0..D5 (padded with leading 1s) and, per output dim,
-// the stride of the input dim it comes from.
-__kernel void transpose(__global const X_T* restrict x, __global Y_T* restrict y) {
-    const int i = get_global_id(0);
-    if (i >= TOTAL) return;
-    int rest = i;
-    const int i5 = rest % D5; rest /= D5;
-    const int i4 = rest % D4; rest /= D4;
-    const int i3 = rest % D3; rest /= D3;
-    const int i2 = rest % D2; rest /= D2;
-    const int i1 = rest % D1; rest /= D1;
-    const int src = rest * S0 + i1 * S1 + i2 * S2 + i3 * S3 + i4 * S4 + i5 * S5;
-    STORE_Y(y, i, LOAD_X(x, src));
 }
 #endif
 
@@ -58,8 +42,11 @@ __kernel void pad_constant(__global const X_T* restrict x, __global Y_T* restric
 // element strides into x and may be negative, 0 (broadcast / Expand) or > 1 (steps). Covers
 // Slice (any steps), Split (one launch per output), Expand / Tile-free broadcasts, Transpose, and
 // DepthToSpace / SpaceToDepth written as a 6-D transpose of a reshaped view; the host checks that
-// every offset stays inside x.
-// -D: STRIDED_COPY, TOTAL (= D0*...*D5), D0..D5, S0..S5, BASE (default 0), X_HALF, Y_HALF.
+// every offset stays inside x. Beyond 6 dims (a rank-8 Transpose, a Tile of every axis of a 4-D
+// tensor) RANK, DIMS and STRIDES replace D0..D5 and S0..S5.
+// -D: STRIDED_COPY, TOTAL (= D0*...*D5), D0..D5, S0..S5, BASE (default 0), X_HALF, Y_HALF;
+//     or instead of D0..D5 and S0..S5: RANK, DIMS and STRIDES as brace lists of RANK ints,
+//     outermost first (-DDIMS={2,3,4}).
 // Buffers: x X_T[...], y Y_T[TOTAL].
 // NDRange: 1-D, global >= TOTAL (guarded), any local size.
 #ifndef BASE
@@ -68,6 +55,16 @@ __kernel void pad_constant(__global const X_T* restrict x, __global Y_T* restric
 __kernel void strided_copy(__global const X_T* restrict x, __global Y_T* restrict y) {
     const int i = get_global_id(0);
     if (i >= TOTAL) return;
+#ifdef RANK
+    const int dims[RANK] = DIMS;
+    const int strides[RANK] = STRIDES;
+    int rest = i, src = BASE;
+    #pragma unroll
+    for (int d = RANK - 1; d >= 0; --d) {
+        src += (rest % dims[d]) * strides[d];
+        rest /= dims[d];
+    }
+#else
     int rest = i;
     const int i5 = rest % D5; rest /= D5;
     const int i4 = rest % D4; rest /= D4;
@@ -75,6 +72,7 @@ __kernel void strided_copy(__global const X_T* restrict x, __global Y_T* restric
     const int i2 = rest % D2; rest /= D2;
     const int i1 = rest % D1; rest /= D1;
     const int src = BASE + rest * S0 + i1 * S1 + i2 * S2 + i3 * S3 + i4 * S4 + i5 * S5;
+#endif
     STORE_Y(y, i, LOAD_X(x, src));
 }
 #endif

@@ -24,7 +24,9 @@ from . import __version__
 from .errors import EdgeSDKError, UnsupportedModelError
 from .fileio import atomic_path
 from .graph import Graph, Node
-from .runtime.activations import Activation
+from .ops.reduce import ARG_OPS, REDUCE_OPS
+from .ops.resize import onnx_form
+from .runtime.activations import ACTIVATION_PARAMS, Activation
 from .runtime.shapes import pool_output_size
 
 if TYPE_CHECKING:
@@ -180,8 +182,47 @@ class _Exporter:
             self.emit("LeakyRelu", [x], [y], name, alpha=act.param("alpha"))
         elif act.kind == "HardSigmoid":
             self.emit("HardSigmoid", [x], [y], name, alpha=act.param("alpha"), beta=act.param("beta"))
-        else:  # Relu, Sigmoid, Tanh, HardSwish: no parameters
+        elif act.kind in _FORMULAS:
+            self._formula(_FORMULAS[act.kind](act), x, y, name)
+        else:  # Relu, Sigmoid, Tanh, HardSwish and the math functions: no parameters
             self.emit(act.kind, [x], [y], name)
+
+    def _formula(self, steps: list[tuple[str, list]], x: str, y: str, name: str) -> None:
+        """A chain of nodes: operand "x" is the input, "$" the previous step's result, a number a
+        scalar initializer; the last step writes ``y``."""
+        previous = x
+        for i, (op, operands) in enumerate(steps):
+            last = i == len(steps) - 1
+            inputs = [x if o == "x" else previous if o == "$" else self.constant(f"{name}.c{i}", np.float32(o))
+                      for o in operands]
+            out = y if last else self.fresh(f"{name}.{op.lower()}")
+            self.emit(op, inputs, [out], name if last else self.fresh(f"{name}.{op.lower()}"))
+            previous = out
+
+
+# Activations whose ONNX ops are newer than opset 17 (Gelu 20, Mish 18, Swish 24), written as the
+# opset-17 formulas torch's exporter emits (the importer fuses them back into one node).
+def _gelu_formula(act: Activation) -> list[tuple[str, list]]:
+    if act.gelu_approximation == "none":  # 0.5 x (1 + erf(x / sqrt 2))
+        return [("Div", ["x", math.sqrt(2.0)]), ("Erf", ["$"]), ("Add", ["$", 1.0]), ("Mul", ["x", "$"]),
+                ("Mul", ["$", 0.5])]
+    # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    return [("Mul", ["x", "x"]), ("Mul", ["$", "x"]), ("Mul", ["$", 0.044715]), ("Add", ["x", "$"]),
+            ("Mul", ["$", math.sqrt(2.0 / math.pi)]), ("Tanh", ["$"]), ("Add", ["$", 1.0]), ("Mul", ["x", "$"]),
+            ("Mul", ["$", 0.5])]
+
+
+def _swish_formula(act: Activation) -> list[tuple[str, list]]:  # x sigmoid(alpha x)
+    alpha = act.param("alpha")
+    gate = [("Sigmoid", ["x"])] if alpha == 1.0 else [("Mul", ["x", alpha]), ("Sigmoid", ["$"])]
+    return gate + [("Mul", ["x", "$"])]
+
+
+_FORMULAS: dict[str, Callable[[Activation], list[tuple[str, list]]]] = {
+    "Gelu": _gelu_formula,
+    "Mish": lambda act: [("Softplus", ["x"]), ("Tanh", ["$"]), ("Mul", ["x", "$"])],  # x tanh(softplus(x))
+    "Swish": _swish_formula,
+}
 
 
 def _dense(tensor) -> np.ndarray:
@@ -302,7 +343,7 @@ def _ceil_count(size: int, kernel: int, stride: int, dilation: int, begin: int, 
     return -(-(size + begin + end - (kernel - 1) * dilation - 1) // stride) + 1
 
 
-@_writer("GlobalAveragePool", "GlobalMaxPool", "MatMul", "Add", "Sub", "Mul", "Div")
+@_writer("GlobalAveragePool", "GlobalMaxPool", "MatMul", "Add", "Sub", "Mul", "Div", "Pow", "PRelu")
 def _plain(ex, node, out, name):
     ex.emit(node.op, list(node.inputs), [out], name)
 
@@ -314,7 +355,7 @@ def _gemm(ex, node, out, name):
             beta=float(a.get("beta", 1.0)), transA=int(bool(a.get("transA"))), transB=int(bool(a.get("transB"))))
 
 
-@_writer("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+@_writer(*ACTIVATION_PARAMS)
 def _standalone_activation(ex, node, out, name):
     ex._activation(node.attrs["activation"], node.inputs[0], out, name)
 
@@ -324,21 +365,32 @@ def _batch_norm(ex, node, out, name):
     ex.emit("BatchNormalization", node.inputs[:5], [out], name, epsilon=float(node.attrs["epsilon"]))
 
 
-@_writer("Softmax")
+@_writer("Softmax", "LogSoftmax")
 def _softmax(ex, node, out, name):
     axis = int(node.attrs["axis"])
     shape = ex.graph.tensors[node.inputs[0]].shape
     if not node.attrs.get("coerce_2d") or axis == len(shape) - 1:
-        ex.emit("Softmax", node.inputs[:1], [out], name, axis=axis)
+        ex.emit(node.op, node.inputs[:1], [out], name, axis=axis)
         return
     # opset < 13 Softmax normalises over all axes from ``axis`` on: a 2-D view does the same
     flat = (math.prod(shape[:axis]), math.prod(shape[axis:]))
     flat_in, flat_out = ex.fresh(f"{name}.flat_in"), ex.fresh(f"{name}.flat_out")
     ex.emit("Reshape", [node.inputs[0], ex.constant(f"{name}.flat_shape", np.array(flat, np.int64))],
             [flat_in], ex.fresh(f"{name}.flatten"))
-    ex.emit("Softmax", [flat_in], [flat_out], name, axis=1)
+    ex.emit(node.op, [flat_in], [flat_out], name, axis=1)
     ex.emit("Reshape", [flat_out, ex.constant(f"{name}.shape", np.array(shape, np.int64))], [out],
             ex.fresh(f"{name}.unflatten"))
+
+
+@_writer("LayerNormalization")
+def _layer_norm(ex, node, out, name):
+    ex.emit("LayerNormalization", [i for i in node.inputs if i], [out], name, axis=int(node.attrs["axis"]),
+            epsilon=float(node.attrs["epsilon"]))
+
+
+@_writer("InstanceNormalization")
+def _instance_norm(ex, node, out, name):
+    ex.emit("InstanceNormalization", node.inputs[:3], [out], name, epsilon=float(node.attrs["epsilon"]))
 
 
 @_writer("LRN")
@@ -373,21 +425,99 @@ def _pad(ex, node, out, name):
     ex.emit("Pad", inputs, [out], name, mode=mode)
 
 
-@_writer("ReduceMean")
-def _reduce_mean(ex, node, out, name):
+@_writer("Split")
+def _split(ex, node, out, name):
+    sizes = ex.constant(f"{name}.split", np.array(_ints(node.attrs["split"]), np.int64))
+    ex.emit("Split", [node.inputs[0], sizes], list(node.outputs), name, axis=int(node.attrs["axis"]))
+
+
+@_writer("Slice")
+def _slice(ex, node, out, name):
+    a = node.attrs
+    # a backward slice through element 0 ends at -1, which ONNX would read as the last element
+    ends = [e if e >= 0 else np.iinfo(np.int64).min for e in _ints(a["ends"])]
+    inputs = [node.inputs[0]] + [ex.constant(f"{name}.{what}", np.array(values, np.int64)) for what, values in
+                                 (("starts", _ints(a["starts"])), ("ends", ends), ("axes", range(len(ends))),
+                                  ("steps", _ints(a["steps"])))]
+    ex.emit("Slice", inputs, [out], name)
+
+
+@_writer("Gather")
+def _gather(ex, node, out, name):
+    a = node.attrs
+    indices = np.array(_ints(a["indices"]), np.int64).reshape(_ints(a["indices_shape"]))
+    ex.emit("Gather", [node.inputs[0], ex.constant(f"{name}.indices", indices)], [out], name, axis=int(a["axis"]))
+
+
+@_writer("Expand", "Tile")
+def _expand_tile(ex, node, out, name):
+    what = "shape" if node.op == "Expand" else "repeats"
+    values = ex.constant(f"{name}.{what}", np.array(_ints(node.attrs[what]), np.int64))
+    ex.emit(node.op, [node.inputs[0], values], [out], name)
+
+
+@_writer("DepthToSpace", "SpaceToDepth")
+def _depth_space(ex, node, out, name):
+    block, mode = int(node.attrs["blocksize"]), node.attrs["mode"]
+    if node.op == "DepthToSpace":
+        ex.emit("DepthToSpace", node.inputs[:1], [out], name, blocksize=block, mode=mode)
+    elif mode == "DCR":
+        ex.emit("SpaceToDepth", node.inputs[:1], [out], name, blocksize=block)
+    else:  # SpaceToDepth's mode needs opset 28: the same rearrangement as Reshape, Transpose, Reshape
+        n, c, h, w = ex.graph.tensors[node.inputs[0]].shape
+        blocks, moved = ex.fresh(f"{out}.blocks"), ex.fresh(f"{out}.moved")
+        ex.emit("Reshape", [node.inputs[0], ex.constant(f"{name}.blocks", np.array(
+            [n, c, h // block, block, w // block, block], np.int64))], [blocks], ex.fresh(f"{name}.split"))
+        ex.emit("Transpose", [blocks], [moved], ex.fresh(f"{name}.move"), perm=[0, 1, 3, 5, 2, 4])
+        ex.emit("Reshape", [moved, ex.constant(f"{name}.shape", np.array(
+            [n, c * block * block, h // block, w // block], np.int64))], [out], name)
+
+
+@_writer(*REDUCE_OPS)
+def _reduce(ex, node, out, name):
     axes, keepdims = _ints(node.attrs["axes"]), int(bool(node.attrs.get("keepdims", True)))
-    if ex.opset >= 18:  # ReduceMean-18 takes the axes as an input
-        ex.emit("ReduceMean", [node.inputs[0], ex.constant(f"{name}.axes", np.array(axes, np.int64))], [out],
+    if not axes:  # over no axis: the op on each value on its own (ReduceL2 gives |x|)
+        x = node.inputs[0]
+        inputs = {"ReduceL1": ("Abs", [x]), "ReduceL2": ("Abs", [x]), "ReduceSumSquare": ("Mul", [x, x]),
+                  "ReduceLogSum": ("Log", [x])}.get(node.op, ("Identity", [x]))
+        ex.emit(inputs[0], inputs[1], [out], name)
+    elif ex.opset >= 18 or node.op == "ReduceSum":  # the axes became an input (ReduceSum at 13)
+        ex.emit(node.op, [node.inputs[0], ex.constant(f"{name}.axes", np.array(axes, np.int64))], [out],
                 name, keepdims=keepdims)
     else:
-        ex.emit("ReduceMean", node.inputs[:1], [out], name, axes=axes, keepdims=keepdims)
+        ex.emit(node.op, node.inputs[:1], [out], name, axes=axes, keepdims=keepdims)
+
+
+@_writer(*ARG_OPS)
+def _argreduce(ex, node, out, name):
+    a = node.attrs
+    ex.emit(node.op, node.inputs[:1], [out], name, axis=int(a["axis"]), keepdims=int(bool(a["keepdims"])),
+            select_last_index=int(bool(a["select_last_index"])))
+
+
+@_writer("ConvTranspose")
+def _conv_transpose(ex, node, out, name):
+    a = node.attrs
+    ex.emit("ConvTranspose", [i for i in node.inputs if i], [out], name, kernel_shape=_ints(a["kernel_shape"]),
+            strides=_ints(a["strides"]), dilations=_ints(a["dilations"]), pads=_ints(a["pads"]),
+            output_padding=_ints(a["output_padding"]), group=int(a["group"]))
+
+
+@_writer("Resize")
+def _resize(ex, node, out, name):
+    form = onnx_form(node, ex.graph.tensors[node.inputs[0]].shape)
+    scales = ex.constant(f"{name}.scales", np.array(form.scales, np.float32)) if form.scales is not None else ""
+    sizes = [ex.constant(f"{name}.sizes", np.array(form.sizes, np.int64))] if form.sizes is not None else []
+    ex.emit("Resize", [node.inputs[0], "", scales, *sizes], [out], name, **form.attrs)
 
 
 def _required_opset(graph: Graph) -> int:
-    """17, or 19 where a node needs an op version from it (AveragePool dilations, Pad wrap)."""
+    """17, or 19 where a node needs an op version from it (AveragePool dilations, Pad wrap, Resize
+    half_pixel_symmetric or keep_aspect_ratio_policy)."""
     for node in graph.nodes:
         dilated = node.op == "AveragePool" and any(d != 1 for d in node.attrs.get("dilations", (1, 1)))
-        if dilated or (node.op == "Pad" and node.attrs.get("mode") == "wrap"):
+        newer_resize = node.op == "Resize" and onnx_form(node, graph.tensors[node.inputs[0]].shape).opset > BASE_OPSET
+        if dilated or newer_resize or (node.op == "Pad" and node.attrs.get("mode") == "wrap"):
             return WIDE_OPSET
     return BASE_OPSET
 

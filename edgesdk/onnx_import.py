@@ -67,8 +67,11 @@ def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None
     post-processing, with data-dependent shapes, is left out that way)."""
     if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
         raise ModelLoadError(f"{source}: not an ONNX model (no graph, outputs or IR version)")
+    source_opset = _opset(model)
     model = _upgrade_opset(model, source)
-    return _Importer(model, dict(input_shapes or {}), source, outputs).run()
+    importer = _Importer(model, dict(input_shapes or {}), source, outputs)
+    importer.source_opset = source_opset  # ops the upgrade rewrote keep their old rules (Resize-10)
+    return importer.run()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -114,6 +117,7 @@ class _Importer:
         self.wanted_outputs = list(outputs) if outputs is not None else None
         self.onnx_graph = model.graph
         self.opset = _opset(model)
+        self.source_opset = self.opset  # the opset exported with, before _upgrade_opset
         self.source = source
         self.input_shapes = input_shapes
         self.graph = Graph(model.graph.name or Path(source).stem)

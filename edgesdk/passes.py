@@ -5,11 +5,13 @@ them in the order that lets each feed the next (BN must fold before its conv tak
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .graph import Graph, Node
 from .ops import OPS, evaluate
-from .runtime.activations import ACTIVATION_PARAMS
+from .runtime.activations import ACTIVATION_PARAMS, Activation
 from .runtime.shapes import check_folding
 
 # Ops whose kernels apply a fused activation to their output in every backend (``OpSpec.fusable``).
@@ -21,8 +23,13 @@ def optimize(graph: Graph) -> dict[str, int]:
     stats = {
         "fold_constants": fold_constants(graph),
         "remove_noop_views": remove_noop_views(graph),
+        "fuse_layer_norm": fuse_layer_norm(graph),  # before fuse_activations takes its Sqrt
         "fold_batchnorm": fold_batchnorm(graph),
-        "fuse_activations": fuse_activations(graph),
+        "fuse_gated_activations": fuse_gated_activations(graph),
+        "fuse_gelu": fuse_gelu(graph),
+        "fuse_gelu_tanh": fuse_gelu_tanh(graph),
+        "fuse_mish": fuse_mish(graph),
+        "fuse_activations": fuse_activations(graph),  # after the patterns above: Conv -> Gelu fuses
     }
     stats["eliminate_dead_nodes"] = eliminate_dead_nodes(graph)
     return stats
@@ -126,6 +133,220 @@ def fold_batchnorm(graph: Graph) -> int:
     return folded
 
 
+def fuse_layer_norm(graph: Graph) -> int:
+    """Replace the LayerNorm arithmetic of torch's legacy (opset < 17) and TF exporters with one
+    LayerNormalization node (``ops.normalization.match_unfused_layer_norm`` says what matches)."""
+    from .ops.normalization import match_unfused_layer_norm
+    fused, consumers = 0, graph.consumers()
+    for node in list(graph.nodes):
+        match = match_unfused_layer_norm(graph, node, consumers)
+        if match is None:
+            continue
+        spanned, layer_norm = match
+        gone = {id(n) for n in spanned}
+        last = max(i for i, n in enumerate(graph.nodes) if id(n) in gone)  # after every input it reads
+        graph.nodes[last] = layer_norm
+        graph.nodes = [n for n in graph.nodes if id(n) not in gone]
+        consumers = graph.consumers()
+        fused += 1
+    graph.remove_unused_tensors()
+    return fused
+
+
+# -- activation patterns exporters emit (x * Sigmoid(x), the GELU formulas, Mish) ---------------
+def fuse_gated_activations(graph: Graph) -> int:
+    """x * Sigmoid(x) -> Swish (SiLU, torch's nn.SiLU and x * torch.sigmoid(x)); x * HardSigmoid(x)
+    with alpha 1/6, beta 0.5 (tf2onnx's hard-swish) -> HardSwish."""
+    rw = _ChainRewriter(graph)
+    for gate in rw.candidates("Sigmoid", "HardSigmoid"):
+        x, gated = gate.inputs[0], _gated_activation(gate.attrs["activation"])
+        multiply = rw.sole_consumer(gate.outputs[0])
+        if gated is not None and _is_product(multiply, x, gate.outputs[0]):
+            rw.replace([gate, multiply], x, gated)
+    return rw.finish()
+
+
+def fuse_gelu(graph: Graph) -> int:
+    """GELU as torch's legacy exporter and TF write it, 0.5 * x * (1 + Erf(x / sqrt(2))) (x / sqrt 2
+    also as x * 0.7071, the three products in any grouping and operand order) -> Gelu."""
+    rw = _ChainRewriter(graph)
+    for erf in rw.candidates("Erf"):
+        scale = rw.producer(erf.inputs[0])
+        x = _scaled_operand(graph, scale, 1.0 / math.sqrt(2.0))
+        plus_one = rw.sole_consumer(erf.outputs[0])
+        if x is None or _scaled_operand(graph, plus_one, 1.0, shift=True) != erf.outputs[0]:
+            continue
+        tail = _half_x_times(rw, x, plus_one.outputs[0])
+        if tail is not None:
+            rw.replace([scale, erf, plus_one, *tail], x, Activation("Gelu", (0.0,)))
+    return rw.finish()
+
+
+def fuse_gelu_tanh(graph: Graph) -> int:
+    """The tanh GELU, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) with x^3 as Pow(x, 3)
+    or two products (torch's nn.GELU(approximate="tanh"), HF's NewGELU) -> Gelu(tanh)."""
+    rw = _ChainRewriter(graph)
+    for tanh in rw.candidates("Tanh"):
+        scale = rw.producer(tanh.inputs[0])
+        cubic = _x_plus_cubic(rw, rw.producer(_scaled_operand(graph, scale, math.sqrt(2.0 / math.pi))))
+        plus_one = rw.sole_consumer(tanh.outputs[0])
+        if cubic is None or _scaled_operand(graph, plus_one, 1.0, shift=True) != tanh.outputs[0]:
+            continue
+        x, cubic_nodes = cubic
+        tail = _half_x_times(rw, x, plus_one.outputs[0])
+        if tail is not None:
+            rw.replace([*cubic_nodes, scale, tanh, plus_one, *tail], x, Activation("Gelu", (1.0,)))
+    return rw.finish()
+
+
+def fuse_mish(graph: Graph) -> int:
+    """x * Tanh(Softplus(x)) (torch's nn.Mish before opset 18) -> Mish."""
+    rw = _ChainRewriter(graph)
+    for softplus in rw.candidates("Softplus"):
+        x, tanh = softplus.inputs[0], rw.sole_consumer(softplus.outputs[0])
+        multiply = rw.sole_consumer(tanh.outputs[0]) if tanh is not None and tanh.op == "Tanh" else None
+        if _is_product(multiply, x, tanh.outputs[0] if tanh is not None else ""):
+            rw.replace([softplus, tanh, multiply], x, Activation("Mish"))
+    return rw.finish()
+
+
+class _ChainRewriter:
+    """Replaces chains of nodes by one activation node each. Producers and consumers are kept
+    current as chains go (a pass over a big graph stays linear); the node list is rewritten once,
+    by ``finish``."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.producers = graph.producers()
+        self.consumers = graph.consumers()
+        self.removed: set[int] = set()
+        self.replacements: dict[int, Node] = {}  # id(the chain's last node) -> its activation node
+
+    def candidates(self, *ops: str) -> list[Node]:
+        return [n for n in self.graph.nodes if n.op in ops]
+
+    def producer(self, tensor: str | None) -> Node | None:
+        return self.producers.get(tensor) if tensor else None
+
+    def sole_consumer(self, tensor: str) -> Node | None:
+        users = self.consumers.get(tensor, [])
+        return users[0] if len(users) == 1 and tensor not in self.graph.outputs else None
+
+    def replace(self, chain: list[Node], x: str, act: Activation) -> None:
+        """``chain`` (its last node computes the result from ``x``) becomes one node, unless
+        something outside the chain reads an intermediate or the result's shape is not x's."""
+        if not self._replaceable(chain, x):
+            return
+        final = chain[-1]
+        node = Node(act.kind, final.name, [x], [final.outputs[0]], {"activation": act})
+        for member in chain:
+            self.removed.add(id(member))
+            for name in filter(None, member.inputs):
+                self.consumers[name] = [u for u in self.consumers.get(name, []) if u is not member]
+        self.consumers.setdefault(x, []).append(node)
+        self.producers[final.outputs[0]] = node
+        self.replacements[id(final)] = node
+
+    def _replaceable(self, chain: list[Node], x: str) -> bool:
+        members = {id(n) for n in chain}
+        if len(members) != len(chain) or members & self.removed or any("fused_activation" in n.attrs for n in chain):
+            return False
+        for node in chain[:-1]:
+            for out in node.outputs:
+                if out in self.graph.outputs or any(id(u) not in members for u in self.consumers.get(out, [])):
+                    return False
+        return self.graph.tensors[x].shape == self.graph.tensors[chain[-1].outputs[0]].shape
+
+    def finish(self) -> int:
+        """Put each activation node where its chain's last node was (after everything it reads)."""
+        self.graph.nodes = [self.replacements.get(id(n), n) for n in self.graph.nodes
+                            if id(n) not in self.removed or id(n) in self.replacements]
+        self.graph.remove_unused_tensors()
+        return len(self.replacements)
+
+
+def _gated_activation(gate: Activation) -> Activation | None:
+    """The activation x * gate(x) is, for the gates that have one."""
+    if gate.kind == "Sigmoid":
+        return Activation("Swish", (1.0,))
+    if gate.kind == "HardSigmoid" and np.allclose(gate.params, (1.0 / 6.0, 0.5), rtol=_RTOL, atol=0.0):
+        return Activation("HardSwish")
+    return None
+
+
+_RTOL = 1e-6  # a few float32 ulps: exporters round 1/sqrt(2) and friends differently
+
+
+def _is_product(node: Node | None, a: str, b: str) -> bool:
+    return node is not None and node.op == "Mul" and sorted(node.inputs[:2]) == sorted([a, b])
+
+
+def _scalar(graph: Graph, name: str) -> float | None:
+    value = graph.const(name)
+    return float(value.reshape(-1)[0]) if value is not None and value.size == 1 and value.dtype.kind == "f" else None
+
+
+def _near(value: float | None, want: float) -> bool:
+    return value is not None and math.isclose(value, want, rel_tol=_RTOL)
+
+
+def _scaled_operand(graph: Graph, node: Node | None, factor: float, shift: bool = False) -> str | None:
+    """The run-time operand v of ``node`` when it computes v * factor (Mul by factor or Div by its
+    inverse; ``shift``: v + factor, an Add), either operand order; None otherwise."""
+    if node is None or node.op not in ("Add", "Mul", "Div") or "fused_activation" in node.attrs:
+        return None
+    a, b = node.inputs[:2]
+    if node.op == ("Add" if shift else "Mul"):
+        for operand, constant in ((a, b), (b, a)):
+            if graph.const(operand) is None and _near(_scalar(graph, constant), factor):
+                return operand
+    if node.op == "Div" and not shift and graph.const(a) is None and _near(_scalar(graph, b), 1.0 / factor):
+        return a
+    return None
+
+
+def _half_x_times(rw: _ChainRewriter, x: str, a: str) -> list[Node] | None:
+    """The nodes of 0.5 * x * a, grouped (x * a) * 0.5, (x * 0.5) * a or x * (a * 0.5); the last
+    computes the result."""
+    first = rw.sole_consumer(a)
+    if first is None or first.op != "Mul" or a not in first.inputs[:2]:
+        return None
+    other = first.inputs[1] if first.inputs[0] == a else first.inputs[0]
+    second = rw.sole_consumer(first.outputs[0])
+    if other == x and _scaled_operand(rw.graph, second, 0.5) == first.outputs[0]:
+        return [first, second]                                         # (x * a) * 0.5
+    if _near(_scalar(rw.graph, other), 0.5) and _is_product(second, x, first.outputs[0]):
+        return [first, second]                                         # x * (a * 0.5)
+    half = rw.producer(other)
+    if _scaled_operand(rw.graph, half, 0.5) == x:
+        return [half, first]                                           # (x * 0.5) * a
+    return None
+
+
+def _x_plus_cubic(rw: _ChainRewriter, add: Node | None) -> tuple[str, list[Node]] | None:
+    """(x, nodes) when ``add`` computes x + 0.044715 * x^3 (x^3 = Pow(x, 3), x * (x * x) or (x * x) * x)."""
+    if add is None or add.op != "Add" or "fused_activation" in add.attrs:
+        return None
+    for x, term in (add.inputs[:2], add.inputs[1::-1]):
+        scale = rw.producer(term)
+        cube = rw.producer(_scaled_operand(rw.graph, scale, 0.044715))
+        power = _cube_nodes(rw, cube, x) if cube is not None else None
+        if power is not None:
+            return x, [*power, scale, add]
+    return None
+
+
+def _cube_nodes(rw: _ChainRewriter, cube: Node, x: str) -> list[Node] | None:
+    if cube.op == "Pow" and cube.inputs[0] == x and _near(_scalar(rw.graph, cube.inputs[1]), 3.0):
+        return [cube]
+    if cube.op != "Mul" or x not in cube.inputs[:2]:
+        return None
+    square = rw.producer(cube.inputs[1] if cube.inputs[0] == x else cube.inputs[0])
+    if square is not None and square.op == "Mul" and square.inputs[:2] == [x, x]:
+        return [square, cube]
+    return None
+
+
 def fuse_activations(graph: Graph) -> int:
     """Move a stand-alone activation into the op that produces its input."""
     fused = 0
@@ -133,7 +354,7 @@ def fuse_activations(graph: Graph) -> int:
         consumers, producers = graph.consumers(), graph.producers()
         producer = producers.get(act.inputs[0])
         if (producer is None or producer.op not in FUSABLE_PRODUCERS
-                or "fused_activation" in producer.attrs
+                or "fused_activation" in producer.attrs or not act.attrs["activation"].fusable
                 or not _single_internal_use(graph, act.inputs[0], consumers)):
             continue
         producer.attrs["fused_activation"] = act.attrs["activation"]

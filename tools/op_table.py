@@ -19,6 +19,7 @@ BEGIN, END = "<!-- op-table:begin (tools/op_table.py --write) -->", "<!-- op-tab
 def rows() -> list[tuple[str, ...]]:
     """(ONNX op, family, cpu, opencl, notes) per op the importer accepts, runtime ops first."""
     from edgesdk.backends.cpu.lower import LOWERINGS
+    from edgesdk.backends.cpu.lower.base import REFERENCE_ONLY
     from edgesdk.backends.opencl.kernels import KERNELS, VIEW_OPS
     from edgesdk.ops import OPS
     out = []
@@ -32,7 +33,7 @@ def rows() -> list[tuple[str, ...]]:
             continue
         lowered_as = spec.imports_as or name
         if runs(spec):
-            cpu = "native" if lowered_as in LOWERINGS else "reference"
+            cpu = "native" if lowered_as in LOWERINGS and lowered_as not in REFERENCE_ONLY else "reference"
             cpu = "view" if lowered_as in VIEW_OPS else cpu
             opencl = "view" if lowered_as in VIEW_OPS else ("kernel" if lowered_as in KERNELS else "reference")
         else:

@@ -55,7 +55,7 @@ class LayerReport:
 def compressible_layers(graph: Graph) -> list[tuple[Node, str]]:
     """(node, weight tensor) for every Conv and Gemm with a constant weight, each weight once."""
     seen, layers = set(), []
-    for node in graph.nodes:
+    for node in graph.nodes:  # ConvTranspose weights stay dense on purpose: its kernels read dense weights only
         if node.op in ("Conv", "Gemm") and graph.tensors[node.inputs[1]].is_constant and node.inputs[1] not in seen:
             seen.add(node.inputs[1])
             layers.append((node, node.inputs[1]))

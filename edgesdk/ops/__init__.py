@@ -2,10 +2,10 @@
 (importer, shape rule, reference kernel, cost, torch lowering, signature). See ``registry``."""
 from __future__ import annotations
 
-from . import constant, conv, elementwise, linear, normalization, pool, reduce, tensor  # noqa: F401 (register)
+from . import constant, conv, conv_transpose, elementwise, linear, normalization, pool, reduce, resize, tensor  # noqa: F401 (register)
 from .registry import OPS, OpSpec, evaluate
 
-FAMILIES = ("conv", "linear", "pool", "elementwise", "normalization", "reduce", "tensor", "constant")
+FAMILIES = ("conv", "conv_transpose", "linear", "pool", "elementwise", "normalization", "reduce", "resize", "tensor", "constant")
 
 
 def runtime_ops() -> frozenset[str]:

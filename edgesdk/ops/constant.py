@@ -12,9 +12,8 @@ from ..errors import UnsupportedModelError
 from ..graph import Node
 from .registry import op
 
-CONSTANT_ONLY_OPS = ("Shape", "Size", "Gather", "Cast", "Slice", "ConstantOfShape", "Range", "Expand",
-                     "Equal", "Less", "Greater", "Where", "Not", "Neg", "Floor", "Ceil", "Sqrt", "Pow",
-                     "Min", "Max", "ReduceProd", "Tile")
+CONSTANT_ONLY_OPS = ("Shape", "Size", "Cast", "ConstantOfShape", "Range", "Equal", "Less", "Greater",
+                     "Where", "Not", "Floor", "Ceil", "Min", "Max")
 folded = op(*CONSTANT_ONLY_OPS, family="constant")
 constant = op("Constant", "CastLike", family="constant")
 shape_of = op.shared("Shape", "Size")
@@ -66,6 +65,7 @@ def _import_cast(imp, name, inputs, outputs, attrs):
         target = imp.graph.tensors[inputs[1]].dtype
     else:
         target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"]))
+    target = imp.stored_dtype(target)  # a cast to float16 is a cast to float32 inside (float16 models)
     value = imp.graph.const(inputs[0])
     if value is not None:  # CastLike needs only the other input's (static) dtype, not its value
         imp.graph.add_constant(outputs[0], value.astype(target))
@@ -90,29 +90,9 @@ def _size(node, x: np.ndarray) -> np.ndarray:
     return np.array(x.size, dtype=np.int64)
 
 
-def _gather(node, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    axis = node.attrs.get("axis", 0) % data.ndim
-    indices = np.where(indices < 0, indices + data.shape[axis], indices)
-    return np.take(data, indices, axis=axis)
-
-
 def _cast(node, x: np.ndarray) -> np.ndarray:
     import onnx.helper  # only the ONNX importer folds these ops; running a package never imports onnx
     return x.astype(onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"]))
-
-
-def _slice(node, data: np.ndarray, starts: np.ndarray | None = None, ends: np.ndarray | None = None,
-           axes: np.ndarray | None = None, steps: np.ndarray | None = None) -> np.ndarray:
-    if starts is None:  # opset < 10: attributes
-        starts, ends = node.attrs["starts"], node.attrs["ends"]
-        axes = node.attrs.get("axes")
-    starts, ends = list(np.asarray(starts)), list(np.asarray(ends))
-    axes = list(range(len(starts))) if axes is None else [int(a) % data.ndim for a in np.asarray(axes)]
-    steps = [1] * len(starts) if steps is None else list(np.asarray(steps))
-    index = [slice(None)] * data.ndim
-    for axis, start, end, step in zip(axes, starts, ends, steps):
-        index[axis] = slice(int(start), int(end), int(step))
-    return data[tuple(index)]
 
 
 def _constant_of_shape(node, shape_: np.ndarray) -> np.ndarray:
@@ -126,21 +106,6 @@ def _range(node, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.
     return np.arange(start, limit, delta, dtype=start.dtype)
 
 
-def _expand(node, x: np.ndarray, shape_: np.ndarray) -> np.ndarray:
-    target = np.broadcast_shapes(x.shape, tuple(int(d) for d in shape_))
-    return np.broadcast_to(x, target).copy()
-
-
-def _tile(node, x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
-    return np.tile(x, tuple(int(r) for r in repeats))
-
-
-def _reduce_prod(node, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
-    axes = node.attrs.get("axes") if axes is None else axes
-    axis = None if axes is None else tuple(int(a) for a in np.asarray(axes).reshape(-1))
-    return np.prod(x, axis=axis, keepdims=bool(node.attrs.get("keepdims", 1)))
-
-
 def _unary(fn):
     return lambda node, x: fn(x)
 
@@ -150,13 +115,10 @@ def _binary(fn):
 
 
 _REFERENCE = {
-    "Shape": _shape, "Size": _size, "Gather": _gather, "Cast": _cast, "Slice": _slice,
-    "ConstantOfShape": _constant_of_shape, "Range": _range, "Expand": _expand, "Tile": _tile,
-    "ReduceProd": _reduce_prod,
-    "Not": _unary(np.logical_not), "Neg": _unary(np.negative), "Floor": _unary(np.floor),
-    "Ceil": _unary(np.ceil), "Sqrt": _unary(np.sqrt),
+    "Shape": _shape, "Size": _size, "Cast": _cast,
+    "ConstantOfShape": _constant_of_shape, "Range": _range,
+    "Not": _unary(np.logical_not), "Floor": _unary(np.floor), "Ceil": _unary(np.ceil),
     "Equal": _binary(np.equal), "Less": _binary(np.less), "Greater": _binary(np.greater),
-    "Pow": lambda node, a, b: np.power(a, b).astype(a.dtype),
     "Where": lambda node, cond, a, b: np.where(cond, a, b),
     "Min": lambda node, *xs: np.minimum.reduce(np.broadcast_arrays(*xs)),
     "Max": lambda node, *xs: np.maximum.reduce(np.broadcast_arrays(*xs)),

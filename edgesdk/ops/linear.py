@@ -12,7 +12,8 @@ from .registry import BOOL, FLOAT, Signature, op
 
 gemm = op("Gemm", family="linear", fusable=True,
           signature=Signature(2, 1, {"alpha": FLOAT, "beta": FLOAT, "transA": BOOL, "transB": BOOL}))
-matmul = op("MatMul", family="linear", fusable=True, signature=Signature(2))
+matmul = op("MatMul", family="linear", fusable=True, signature=Signature(2),
+            note="batch dims broadcast; opencl: at most 3 batch dims once neighbours merge")
 
 
 # -- Gemm -----------------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ import numpy as np
 from ..graph import Graph, Node
 from ..ops import OPS
 from ..ops.registry import Signature
+from ..ops.reduce import ARG_OPS, REDUCE_OPS
 from ..ops.tensor import PAD_MODES
 from ..runtime.activations import ACTIVATION_PARAMS, Activation
-from ..runtime.shapes import RUNTIME_OPS
+from ..runtime.shapes import RUNTIME_OPS, output_dtypes
 
 
 class Invalid(Exception):
@@ -50,11 +51,11 @@ def check_graph(graph: Graph) -> None:
             raise Invalid(f"graph input {name!r} is {tensor.dtype}; edgesdk runs float32 tensors")
     for node in graph.nodes:
         _check_node(graph, node)
-        output = graph.tensors[node.outputs[0]]
-        if output.is_constant or output.name in written:
-            what = "a constant" if output.is_constant else "a tensor already computed"
-            raise Invalid(f"node {node.name!r} ({node.op}) writes {output.name!r}, {what}")
-        written.add(output.name)
+        for output in (graph.tensors[name] for name in node.outputs):
+            if output.is_constant or output.name in written:
+                what = "a constant" if output.is_constant else "a tensor already computed"
+                raise Invalid(f"node {node.name!r} ({node.op}) writes {output.name!r}, {what}")
+            written.add(output.name)
 
 
 def _where(node: Node) -> str:
@@ -68,10 +69,14 @@ def _check_node(graph: Graph, node: Node) -> None:
         raise Invalid(f"{_where(node)}: no runtime kernel for op {node.op!r}")
     _check_arity(node, signature)
     tensors = graph.tensors
-    for name in (*node.inputs, node.outputs[0]):
-        if name and tensors[name].dtype != _FLOAT32:
-            role = "output" if name == node.outputs[0] else "input"
-            raise Invalid(f"{_where(node)} {role} {name!r} is {tensors[name].dtype}; edgesdk runs float32 tensors")
+    # float32 inputs; outputs of the op's dtype (ArgMax's int64 indices), float32 for most
+    expected = dict(zip(node.outputs, output_dtypes(node, [_FLOAT32] * len(node.inputs), len(node.outputs))))
+    for name in (*node.inputs, *node.outputs):
+        if name and tensors[name].dtype != expected.get(name, _FLOAT32):
+            role = "output" if name in node.outputs else "input"
+            want = expected.get(name, _FLOAT32)
+            raise Invalid(f"{_where(node)} {role} {name!r} is {tensors[name].dtype}; "
+                          + ("edgesdk runs float32 tensors" if want == _FLOAT32 else f"this op computes {want}"))
     _check_attributes(node, signature)
     check = _RANGE_CHECKS.get(node.op)
     if check is not None:
@@ -87,8 +92,11 @@ def _check_arity(node: Node, signature: Signature) -> None:
     required = node.inputs if signature.variadic else node.inputs[:signature.required]
     if not all(required):
         raise Invalid(f"{_where(node)}: a required input is omitted")
-    if len(node.outputs) != 1 or not node.outputs[0]:
-        raise Invalid(f"{_where(node)} has outputs {node.outputs}; it computes exactly one")
+    outputs = len(node.outputs)
+    if not all(node.outputs) or outputs < signature.outputs or (outputs > signature.outputs
+                                                               and not signature.variadic_outputs):
+        expected = f"at least {signature.outputs}" if signature.variadic_outputs else f"exactly {signature.outputs}"
+        raise Invalid(f"{_where(node)} has outputs {node.outputs}; it computes {expected}")
 
 
 def _check_attributes(node: Node, signature: Signature) -> None:
@@ -179,7 +187,8 @@ def _check_axis(graph: Graph, node: Node, where: str) -> None:
 
 def _check_reduce(graph: Graph, node: Node, where: str) -> None:
     rank, axes = _rank(graph, node.inputs[0]), tuple(node.attrs["axes"])
-    if not axes or axes != tuple(sorted(set(axes))) or not 0 <= axes[0] <= axes[-1] < rank:
+    # () is a reduction over no axis (ReduceL2 of each value: |x|)
+    if axes != tuple(sorted(set(axes))) or (axes and not 0 <= axes[0] <= axes[-1] < rank):
         raise Invalid(f"{where} attribute 'axes' is {axes!r}; expected increasing axes of a rank-{rank} input")
 
 
@@ -212,6 +221,7 @@ _RANGE_CHECKS: dict[str, Callable[[Graph, Node, str], None]] = {
     "Conv": _check_conv, "MaxPool": _check_window, "AveragePool": _check_window,
     "GlobalAveragePool": _check_global_pool, "GlobalMaxPool": _check_global_pool,
     "Gemm": _check_gemm, "BatchNormalization": _check_batch_norm,
-    "Softmax": _check_axis, "Concat": _check_axis, "ReduceMean": _check_reduce,
+    "Softmax": _check_axis, "Concat": _check_axis, **dict.fromkeys(REDUCE_OPS, _check_reduce),
+    **dict.fromkeys(ARG_OPS, _check_axis),
     "Transpose": _check_transpose, "Reshape": _check_reshape, "Pad": _check_pad, "LRN": _check_lrn,
 }

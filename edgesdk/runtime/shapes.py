@@ -119,9 +119,10 @@ def _range_length(start: Any, limit: Any, delta: Any) -> int | None:
 def folded_outputs(node: Node, values: Sequence[np.ndarray | None]) -> list[tuple[Shape, np.dtype]] | None:
     """The (shape, dtype) of each output of ``node`` when it is evaluated on the constant
     ``values``, computed without evaluating it, for the ops whose output can be far larger than
-    their inputs (ConstantOfShape, Expand, Tile, Range, Gather, broadcasting ops, Cast, every
-    runtime op). None when it cannot be predicted (malformed inputs: evaluating then raises) or
-    the output is no larger than an input already in memory."""
+    their inputs (ConstantOfShape, Range, broadcasting ops, Cast, and every runtime op: Expand,
+    Tile and Gather among them, by their shape rules). None when it cannot be predicted
+    (malformed inputs: evaluating then raises) or the output is no larger than an input already
+    in memory."""
     op = node.op
     arrays = [np.asarray(v) if v is not None else None for v in values]
     try:
@@ -129,23 +130,9 @@ def folded_outputs(node: Node, values: Sequence[np.ndarray | None]) -> list[tupl
             fill = node.attrs.get("value")
             dtype = _onnx_dtype(getattr(fill, "data_type", None)) if fill is not None else np.dtype(np.float32)
             return [(tuple(int(d) for d in arrays[0].reshape(-1)), dtype)]
-        if op == "Expand":
-            target = tuple(int(d) for d in arrays[1].reshape(-1))
-            return [(broadcast_shapes(arrays[0].shape, target), arrays[0].dtype)]
-        if op == "Tile":
-            shape, reps = arrays[0].shape, tuple(int(r) for r in arrays[1].reshape(-1))
-            if min(reps, default=0) < 0:
-                return None  # np.tile refuses negative repeats itself
-            rank = max(len(shape), len(reps))  # np.tile's rule when the lengths differ
-            shape, reps = (1,) * (rank - len(shape)) + shape, (1,) * (rank - len(reps)) + reps
-            return [(tuple(d * r for d, r in zip(shape, reps)), arrays[0].dtype)]
         if op == "Range":
             length = _range_length(*arrays[:3])
             return None if length is None else [((length,), arrays[0].dtype)]
-        if op == "Gather":
-            data, indices = arrays[0], arrays[1]
-            axis = normalize_axis(int(node.attrs.get("axis", 0)), data.ndim)
-            return [(data.shape[:axis] + indices.shape + data.shape[axis + 1:], data.dtype)]
         if op in ("Equal", "Less", "Greater", "Where", "Pow", "Min", "Max"):
             shape = broadcast_shapes(*(a.shape for a in arrays if a is not None))
             dtype = (np.dtype(bool) if op in ("Equal", "Less", "Greater") else

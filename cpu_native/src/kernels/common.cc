@@ -67,17 +67,18 @@ bool needs_post_pass(const Activation& act) {
 static float clamp_keep_nan(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 // The math kinds in double (libm), rounded once to float. x * f(x) forms whose f vanishes at -inf
-// (Gelu, GeluTanh, Silu, Mish) give their limit -0 there instead of -inf * 0 = NaN.
+// (Gelu, GeluTanh, Silu, Mish) give -inf * 0 = NaN there, as ONNX Runtime.
 static float activate_math_reference(float xf, ActKind kind) {
   const double kSqrtHalf = 0.70710678118654752440, kSqrt2OverPi = 0.79788456080286535588;
   const double x = xf;
   const bool neg_inf = std::isinf(x) && x < 0;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   switch (kind) {
-    case ActKind::Gelu: return neg_inf ? -0.0f : static_cast<float>(x * 0.5 * std::erfc(-x * kSqrtHalf));
+    case ActKind::Gelu: return neg_inf ? nan : static_cast<float>(x * 0.5 * std::erfc(-x * kSqrtHalf));
     case ActKind::GeluTanh: {
       // 0.5 * (1 + tanh(u)) = 1 / (1 + e^(-2u)): no cancellation for negative u.
       const double u = kSqrt2OverPi * (x + 0.044715 * x * x * x);
-      return neg_inf ? -0.0f : static_cast<float>(x / (1.0 + std::exp(-2.0 * u)));
+      return neg_inf ? nan : static_cast<float>(x / (1.0 + std::exp(-2.0 * u)));
     }
     case ActKind::Erf: return static_cast<float>(std::erf(x));
     case ActKind::Exp: return static_cast<float>(std::exp(x));
@@ -87,8 +88,8 @@ static float activate_math_reference(float xf, ActKind kind) {
     case ActKind::Reciprocal: return static_cast<float>(1.0 / x);
     case ActKind::Neg: return -xf;
     case ActKind::Square: return static_cast<float>(x * x);
-    case ActKind::Silu: return neg_inf ? -0.0f : static_cast<float>(x / (1.0 + std::exp(-x)));
-    case ActKind::Mish: return neg_inf ? -0.0f : static_cast<float>(x * std::tanh(std::log1p(std::exp(x))));
+    case ActKind::Silu: return neg_inf ? nan : static_cast<float>(x / (1.0 + std::exp(-x)));
+    case ActKind::Mish: return neg_inf ? nan : static_cast<float>(x * std::tanh(std::log1p(std::exp(x))));
     case ActKind::Softplus:  // log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)
       return static_cast<float>(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)));
     default: return xf;

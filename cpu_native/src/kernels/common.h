@@ -22,7 +22,7 @@ namespace edgesdk::kernels {
 //   Gelu: 0.5*x*(1 + erf(x/sqrt2))    GeluTanh: 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715x^3)))
 //   Silu: x*sigmoid(x)    Mish: x*tanh(softplus(x))    Softplus: log(1 + e^x)
 //   Erf, Exp, Log, Abs, Sqrt, Reciprocal (1/x), Neg (-x), Square (x*x)
-// At -inf, Gelu, GeluTanh, Silu and Mish give their limit -0 (x * 0 would be NaN).
+// At -inf, Gelu, GeluTanh, Silu and Mish give -inf * 0 = NaN, as ONNX Runtime (and the IEEE formula).
 enum class ActKind : uint8_t {
   None, Relu, Clip, HardSwish, HardSigmoid, Sigmoid, Tanh, LeakyRelu,
   Gelu, GeluTanh, Erf, Exp, Log, Abs, Sqrt, Reciprocal, Neg, Square, Silu, Mish, Softplus

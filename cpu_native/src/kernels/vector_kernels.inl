@@ -186,9 +186,15 @@ static inline T erf_vec(T x, const ExpConsts& k) {
   return V::blend(V::lt(ax, k.one), small, big_signed);
 }
 
+// x f(x) forms whose f vanishes at -inf (Gelu, GeluTanh, Silu, Mish) clamp x below, which would
+// give the limit -0 at -inf; ONNX Runtime (and the IEEE formula) give -inf * 0 = NaN there.
+static inline T nan_at_neg_inf(T x, T r) {
+  return V::blend(V::eq(x, V::set1(-__builtin_inff())), V::set1(__builtin_nanf("")), r);
+}
+
 // Gelu = x Phi(x), Phi(x) = erfc(-x/sqrt2)/2: erfc of |x|/sqrt2 (x^2/2 exact from an fma), so the
 // negative tail keeps its relative accuracy (1 + erf(x) would cancel). |x| is clamped to 14, where
-// Phi(-14) underflows to 0: Gelu(-inf) = -14 * 0 = -0, Gelu(inf) = inf * 1.
+// Phi(-14) underflows to 0: Gelu(-14 and below) = -0, Gelu(-inf) = NaN, Gelu(inf) = inf * 1.
 static inline T gelu_vec(T x, const ExpConsts& k) {
   const T half = V::set1(0.5f);
   const T ax = V::min(V::set1(14.0f), V::abs(x));
@@ -196,27 +202,27 @@ static inline T gelu_vec(T x, const ExpConsts& k) {
   const T x2_lo = V::fma(ax, ax, V::sub(V::set1(0.0f), x2));
   const T e = erfc_core(V::mul(ax, V::set1(0.707106781f)), V::mul(x2, half), V::mul(x2_lo, half), k);
   const T phi = V::select_lt(x, V::set1(0.0f), V::mul(e, half), V::fma(e, V::set1(-0.5f), k.one));
-  return V::mul(V::max(V::set1(-14.0f), x), phi);
+  return nan_at_neg_inf(x, V::mul(V::max(V::set1(-14.0f), x), phi));
 }
 
 // GeluTanh = x (1 + tanh(u))/2 = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3): no cancellation
-// for negative u. x is clamped below at -20, where sigmoid(2u) underflows to 0 (GeluTanh(-inf) = -0).
+// for negative u. x is clamped below at -20, where sigmoid(2u) underflows to 0 (GeluTanh(-inf) = NaN).
 static inline T gelu_tanh_vec(T x, const ExpConsts& k) {
   const T xc = V::max(V::set1(-20.0f), x);
   const T two_u = V::mul(xc, V::fma(V::mul(xc, xc), V::set1(2.0f * 0.7978845608f * 0.044715f),
                                     V::set1(2.0f * 0.7978845608f)));
-  return V::mul(xc, sigmoid(two_u, k));
+  return nan_at_neg_inf(x, V::mul(xc, sigmoid(two_u, k)));
 }
 
-// Silu = x sigmoid(x), x clamped below at -100 where sigmoid underflows to 0 (Silu(-inf) = -0).
+// Silu = x sigmoid(x), x clamped below at -100 where sigmoid underflows to 0 (Silu(-inf) = NaN).
 static inline T silu_vec(T x, const ExpConsts& k) {
   const T xc = V::max(V::set1(-100.0f), x);
-  return V::mul(xc, sigmoid(xc, k));
+  return nan_at_neg_inf(x, V::mul(xc, sigmoid(xc, k)));
 }
 
 // Mish = x tanh(softplus(x)) with one e = e^-|x| and no cancellation: tanh(log(1 + e^x)) is
 // n/(n + 2) with n = e(e + 2) for x <= 0, and (1 + 2e)/(1 + 2e + 2e^2) for x > 0. Clamped at -100
-// like Silu (Mish(-inf) = -0).
+// like Silu (Mish(-inf) = NaN).
 static inline T mish_vec(T x, const ExpConsts& k) {
   const T two = V::set1(2.0f);
   const T xc = V::max(V::set1(-100.0f), x);
@@ -226,7 +232,7 @@ static inline T mish_vec(T x, const ExpConsts& k) {
   const T positive = V::lt(V::set1(0.0f), xc);
   const T num = V::blend(positive, num_pos, n);
   const T den = V::blend(positive, V::fma(V::mul(e, e), two, num_pos), V::add(n, two));
-  return V::mul(xc, V::div(num, den));
+  return nan_at_neg_inf(x, V::mul(xc, V::div(num, den)));
 }
 
 // Softplus = max(x, 0) + log(1 + e^-|x|).

@@ -67,10 +67,14 @@ class Buffer:
 
 @dataclass(eq=False)
 class Slot:
-    """A float32 tensor stored in (part of) a buffer: its logical (graph) shape and its layout."""
+    """A tensor stored in (part of) a buffer: its logical (graph) shape, its layout and its dtype
+    (float32, or int64 for index outputs such as ArgMax's), from byte ``offset`` of the buffer on
+    (a view such as a Slice of the outermost axis starts inside its source's buffer)."""
     buffer: Buffer
     shape: tuple[int, ...]
     layout: str
+    dtype: np.dtype = np.dtype(np.float32)
+    offset: int = 0
 
     @property
     def storage_shape(self) -> tuple[int, ...]:
@@ -84,10 +88,10 @@ class Views:
         self._arena = arena
 
     def __getitem__(self, slot: Slot) -> np.ndarray:
-        """The slot's storage: a C-contiguous float32 array of its storage shape."""
+        """The slot's storage: a C-contiguous array of its dtype and storage shape."""
         count = math.prod(slot.storage_shape)
-        start = slot.buffer.offset
-        return self._arena[start: start + 4 * count].view(np.float32).reshape(slot.storage_shape)
+        start = slot.buffer.offset + slot.offset
+        return self._arena[start: start + slot.dtype.itemsize * count].view(slot.dtype).reshape(slot.storage_shape)
 
     def logical(self, slot: Slot) -> np.ndarray:
         """The slot in graph order (a transposed view for NHWC storage)."""
@@ -164,7 +168,7 @@ class Builder:
         if slot is None:
             source = next(iter(layouts.values()))
             if same_bytes_in_both_layouts(shape):
-                slot = Slot(source.buffer, shape, layout)
+                slot = Slot(source.buffer, shape, layout, source.dtype, source.offset)
             else:
                 slot = self._convert(name, source, layout)
             layouts[layout] = slot
@@ -179,14 +183,16 @@ class Builder:
         shape = self.shape(name)
         if len(shape) != 4:
             layout = NCHW
-        slot = self._new_slot(shape, layout, first=len(self.steps))
+        slot = self._new_slot(shape, layout, first=len(self.steps), dtype=self.graph.tensors[name].dtype)
         self._stored[name] = {layout: slot}
         self._pending_writes.append(slot.buffer)
         return slot
 
-    def alias(self, name: str, source: Slot, layout: str = NCHW) -> Slot:
-        """``name`` is a view of ``source``'s bytes (Reshape, layout-preserving Transpose)."""
-        slot = Slot(source.buffer, self.shape(name), layout)
+    def alias(self, name: str, source: Slot, layout: str = NCHW, offset: int = 0) -> Slot:
+        """``name`` is a view of ``source``'s bytes (Reshape, layout-preserving Transpose), or of
+        the contiguous run of them that starts ``offset`` elements in (Slice, Split, Gather)."""
+        slot = Slot(source.buffer, self.shape(name), layout, source.dtype,
+                    source.offset + offset * source.dtype.itemsize)
         self._stored[name] = {layout: slot}
         return slot
 
@@ -209,12 +215,14 @@ class Builder:
         return slot
 
     # -- internals ------------------------------------------------------------------------------
-    def _new_slot(self, shape: tuple[int, ...], layout: str, first: int) -> Slot:
-        nbytes = 4 * math.prod(shape)
-        return Slot(Buffer(nbytes, first, first), tuple(shape), layout)
+    def _new_slot(self, shape: tuple[int, ...], layout: str, first: int,
+                  dtype: np.dtype = np.dtype(np.float32)) -> Slot:
+        dtype = np.dtype(dtype)
+        nbytes = dtype.itemsize * math.prod(shape)
+        return Slot(Buffer(nbytes, first, first), tuple(shape), layout, dtype)
 
     def _convert(self, name: str, source: Slot, layout: str) -> Slot:
-        target = self._new_slot(source.shape, layout, first=len(self.steps))
+        target = self._new_slot(source.shape, layout, first=len(self.steps), dtype=source.dtype)
 
         def bind(v: Views) -> Runner:
             return transpose_copier(v[source], v[target], source.layout)

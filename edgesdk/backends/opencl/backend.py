@@ -4,10 +4,11 @@ then runs by enqueueing them.
 Set-up (``__init__``), in order:
 
 1. storage: every activation is float, or half in fp16 mode except graph inputs/outputs and the
-   outputs of FP32_ONLY_OPS; a Reshape output is a view sharing its input's storage;
+   outputs of FP32_ONLY_OPS (ArgMax/ArgMin indices are int64, never half); a Reshape output is a
+   view sharing its input's storage;
 2. memory: graph inputs/outputs get their own mappable buffers; every other activation (and the
-   scratch of NNM layers) gets an offset in one arena, planned from the execution plan's
-   liveness so that tensors that are never alive together share bytes;
+   scratch of NNM, Winograd and multi-pass reduction layers) gets an offset in one arena, planned
+   from the execution plan's liveness so that tensors that are never alive together share bytes;
 3. lowering: each node goes through the ``KERNELS`` table; a node without a kernel (or a variant
    a kernel refuses) is placed on the reference backend, which the profile shows with the reason.
 
@@ -46,6 +47,7 @@ from .device import Device, open_device, unavailable_reason
 from .kernels import KERNELS, VIEW_OPS, Launch, LoweringContext, NotLowerable, TensorRef, WeightRecord
 from .memory import Block, DeviceBuffer, MappedBufferError, plan_arena
 from .lower.conv import scratch_bytes
+from .lower.reduce import REDUCE_OPS, reduce_scratch_bytes
 from ...profile.records import MemoryReport, OpRecord, ProfileReport
 from .programs import program_cache
 
@@ -108,7 +110,8 @@ class OpenCLBackend(Backend):
             if tensor.is_constant:
                 raise UnsupportedModelError(f"graph input/output {name!r} is a constant; the opencl "
                                             f"backend needs it computed")
-            if tensor.dtype != np.float32:
+            # float32 tensors, and the int64 indices of ArgMax/ArgMin as outputs
+            if tensor.dtype != np.float32 and not (name in graph.outputs and tensor.dtype == np.int64):
                 raise UnsupportedModelError(f"tensor {name!r} has dtype {tensor.dtype}; the opencl backend "
                                             f"runs float32 graphs")
         check_element_counts(graph, INT32_MAX, "opencl")  # the kernels index elements with int
@@ -132,7 +135,8 @@ class OpenCLBackend(Backend):
             node = step.node
             for out in node.outputs:
                 if out:
-                    half[out] = fp16 and node.op not in FP32_ONLY_OPS and out not in io
+                    half[out] = (fp16 and node.op not in FP32_ONLY_OPS and out not in io
+                                 and graph.tensors[out].dtype == np.float32)  # never an int64 as half
         return self._propagate_views(half)
 
     def _propagate_views(self, half: dict[str, bool]) -> dict[str, bool]:
@@ -180,12 +184,14 @@ class OpenCLBackend(Backend):
             span[0], span[1] = min(span[0], first), max(span[1], last)
         blocks = [Block(root, self._nbytes(root), first, last) for root, (first, last) in spans.items()]
         scratch_sizes = {}
+        alignment = max(info.mem_base_addr_align_bits // 8, 64)
         for index, step in enumerate(steps):
-            need = scratch_bytes(step.node, graph, self.config) if step.node.op in ("Conv", "Gemm") else 0
+            op = step.node.op
+            need = (scratch_bytes(step.node, graph, self.config) if op in ("Conv", "Gemm") else
+                    reduce_scratch_bytes(step.node, graph, alignment) if op in REDUCE_OPS else 0)
             if need:
                 scratch_sizes[step.node.name] = need
                 blocks.append(Block(f"scratch:{step.node.name}", need, index, index))
-        alignment = max(info.mem_base_addr_align_bits // 8, 64)
         arena_bytes = plan_arena(blocks, alignment)
         self._check_allocation("arena (activations)", arena_bytes)
         for root in io_roots:
@@ -210,7 +216,7 @@ class OpenCLBackend(Backend):
 
     def _nbytes(self, name: str) -> int:
         tensor = self.plan.graph.tensors[name]
-        return tensor.size * (2 if self._half[name] else 4)
+        return tensor.size * (2 if self._half[name] else tensor.dtype.itemsize)
 
     def _upload(self, tensor: str, kind: str, array: np.ndarray) -> DeviceBuffer:
         buffer = DeviceBuffer(self.device, array.nbytes, label=f"{tensor}:{kind}", zero_copy=self.zero_copy,
@@ -306,7 +312,8 @@ class OpenCLBackend(Backend):
 
     def _read_outputs(self, io: dict[str, DeviceBuffer]) -> dict[str, np.ndarray]:
         graph = self.plan.graph
-        return {name: io[self._root[name]].read(np.float32, graph.tensors[name].shape) for name in graph.outputs}
+        return {name: io[self._root[name]].read(graph.tensors[name].dtype, graph.tensors[name].shape)
+                for name in graph.outputs}
 
     def _bind_io(self, io: dict[str, DeviceBuffer]) -> None:
         """Point the kernels' graph input/output arguments at ``io`` (the session's own buffers
@@ -354,7 +361,7 @@ class OpenCLBackend(Backend):
             if name:
                 ref, buffer = self._tensors[name], self._buffer_of(name)
                 buffer.check_device_owned(f"reference:{node.name}")
-                buffer.write(np.asarray(value, np.float16 if ref.half else np.float32))
+                buffer.write(np.asarray(value, np.float16 if ref.half else graph.tensors[name].dtype))
 
     def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
         """Run once with per-op timing: device time from the kernels' profiling events, host time
@@ -439,14 +446,16 @@ class OpenCLIOBinding(IOBinding):
         if not self._backend.zero_copy:
             array = self._arrays.get(name)
             if array is None:
-                array = self._arrays[name] = self._buffers[self._roots[name]].read(np.float32, self._shapes[name])
+                array = self._arrays[name] = self._buffers[self._roots[name]].read(self._dtypes[name],
+                                                                                   self._shapes[name])
             return array
         return self._mapped(name, write=False)
 
     def _mapped(self, name: str, write: bool) -> np.ndarray:
         array = self._arrays.get(name)
         if array is None:
-            array = self._buffers[self._roots[name]].map(np.float32, self._shapes[name], write=write, read=True)
+            array = self._buffers[self._roots[name]].map(self._dtypes[name], self._shapes[name], write=write,
+                                                         read=True)
             self._arrays[name] = array
         return array
 

@@ -62,15 +62,29 @@ class WeightRecord:
     nbytes: int
 
 
+# common.cl's ACT_* ids. Gelu and Swish are looked up by their variant (activation_id).
 ACTIVATION_IDS = {None: 0, "Relu": 1, "Clip": 2, "LeakyRelu": 3, "Sigmoid": 4, "Tanh": 5,
-                  "HardSigmoid": 6, "HardSwish": 7}
+                  "HardSigmoid": 6, "HardSwish": 7, "Gelu": 8, "GeluTanh": 9, "Erf": 10, "Exp": 11, "Log": 12,
+                  "Abs": 13, "Sqrt": 14, "Reciprocal": 15, "Neg": 16, "Square": 17, "Silu": 18, "Mish": 19,
+                  "Softplus": 20}
+
+
+def activation_id(act: Activation) -> int:
+    """The ACT id of ``act``; NotLowerable for a Swish with a slope other than 1 (no kernel has one)."""
+    if act.kind == "Gelu":
+        return ACTIVATION_IDS["Gelu" if act.gelu_approximation == "none" else "GeluTanh"]
+    if act.kind == "Swish":
+        if not act.fusable:
+            raise NotLowerable(f"{act} (alpha other than 1) has no OpenCL activation")
+        return ACTIVATION_IDS["Silu"]
+    return ACTIVATION_IDS[act.kind]
 
 
 def activation_defines(act: Activation | None) -> dict[str, Any]:
     if act is None:
         return {"ACT": 0}
     params = list(act.params) + [0.0, 0.0]
-    return {"ACT": ACTIVATION_IDS[act.kind], "ACT_P0": float(params[0]), "ACT_P1": float(params[1])}
+    return {"ACT": activation_id(act), "ACT_P0": float(params[0]), "ACT_P1": float(params[1])}
 
 
 @dataclass

@@ -18,20 +18,26 @@ from typing import Callable
 import numpy as np
 
 from ....graph import Node
-from ....runtime.activations import Activation
+from ....runtime.activations import ACTIVATION_PARAMS, Activation
 from ....runtime.precision import round_to_storage
 from ....ops import evaluate
 from ..program import NCHW, Builder, Runner, Views
 
 Lowering = Callable[[Node, Builder], None]
 LOWERINGS: dict[str, Lowering] = {}
-ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+ACTIVATION_OPS = tuple(ACTIVATION_PARAMS)
 
 
-def lowering(*ops: str) -> Callable[[Lowering], Lowering]:
+# Ops whose lowering always runs the reference kernel (no native kernel yet; the README says so).
+REFERENCE_ONLY: set[str] = set()
+
+
+def lowering(*ops: str, reference_only: bool = False) -> Callable[[Lowering], Lowering]:
     def register(fn: Lowering) -> Lowering:
         for op in ops:
             LOWERINGS[op] = fn
+            if reference_only:
+                REFERENCE_ONLY.add(op)
         return fn
     return register
 
@@ -42,13 +48,19 @@ def native_kernels():
 
 
 ActArgs = tuple[str, "float | None", "float | None"]
+# The native kernels' names of the activations without parameters.
+_NATIVE_NAMES = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Exp": "exp", "Log": "log",
+                 "Abs": "abs", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Neg": "neg", "Softplus": "softplus",
+                 "Mish": "mish"}
 # Activations the GEMM microkernels cannot apply as a clamp in registers (a vector pass follows).
-POST_PASS_ACTIVATIONS = frozenset({"sigmoid", "tanh", "hardswish", "hardsigmoid", "leaky_relu"})
+POST_PASS_ACTIVATIONS = frozenset({"sigmoid", "tanh", "hardswish", "hardsigmoid", "leaky_relu", "gelu", "gelu_tanh",
+                                   "silu", "square"} | set(_NATIVE_NAMES.values()) - {"relu"})
 NO_ACT: ActArgs = ("none", None, None)
 
 
 def act_args(act: Activation | None) -> ActArgs:
-    """The native kernels' (name, alpha, beta) for a fused activation descriptor."""
+    """The native kernels' (name, alpha, beta) for a fused activation descriptor. Every kind
+    with ``act.fusable`` has one (a Swish of another slope has none: ValueError)."""
     if act is None:
         return NO_ACT
     if act.kind == "Clip":
@@ -60,7 +72,13 @@ def act_args(act: Activation | None) -> ActArgs:
         return ("hardsigmoid", float(act.params[0]), float(act.params[1]))
     if act.kind == "HardSwish":
         return ("hardswish", 1.0 / 6.0, 0.5)
-    return ({"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}[act.kind], None, None)
+    if act.kind == "Gelu":
+        return ("gelu" if act.gelu_approximation == "none" else "gelu_tanh", None, None)
+    if act.kind == "Swish":
+        if not act.fusable:
+            raise ValueError(f"{act} has no native kernel")
+        return ("silu", None, None)
+    return (_NATIVE_NAMES[act.kind], None, None)
 
 
 def fused_act(node: Node) -> ActArgs:

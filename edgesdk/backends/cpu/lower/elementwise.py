@@ -1,4 +1,5 @@
-"""The cpu lowering of the elementwise family (``edgesdk/ops/elementwise.py``): Broadcasting arithmetic and stand-alone activations."""
+"""The cpu lowering of the elementwise family (``edgesdk/ops/elementwise.py``): broadcasting
+arithmetic, Pow, PRelu and stand-alone activations."""
 from __future__ import annotations
 
 import math
@@ -7,12 +8,13 @@ from functools import partial
 import numpy as np
 
 from ....graph import Node
+from ....ops.elementwise import c99_pow
 from ....runtime.precision import round_to_storage
 from ..program import NCHW, NHWC, Builder, Runner, Slot, Views, same_bytes_in_both_layouts
-from .base import ACTIVATION_OPS, NO_ACT, fused_act, native_kernels, then_activate, act_args, lowering
+from .base import ACTIVATION_OPS, NO_ACT, ActArgs, fused_act, native_kernels, then_activate, act_args, lowering
 
 _NATIVE_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul"}
-_NUMPY_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}
+_NUMPY_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": c99_pow}
 
 
 def _operand_role(shape: tuple[int, ...], out_shape: tuple[int, ...], layout: str) -> str:
@@ -90,16 +92,66 @@ def _numpy_binary(node: Node, b: Builder, layout: str) -> None:
     def bind(v: Views) -> Runner:
         lhs, rhs = (v.logical(o) if isinstance(o, Slot) else o for o in operands)
         return then_activate(partial(fn, lhs, rhs, out=v.logical(y)), v[y], act, threads)
-    b.emit(node, "numpy", bind, f"{node.op} with general broadcasting")
+    b.emit(node, "numpy", bind, f"{node.op} with general broadcasting" if node.op != "Pow" else "Pow")
+
+
+@lowering("Pow")
+def power(node: Node, b: Builder) -> None:
+    base, exponent = node.inputs[:2]
+    value = b.graph.const(exponent)
+    if (b.is_activation(base) and b.shape(base) == b.shape(node.outputs[0]) and value is not None
+            and value.size == 1 and float(value.reshape(-1)[0]) == 2.0):
+        # x^2 == x * x exactly, NaN and infinities included (pow(-inf, 2) = inf)
+        return _copy_then_activate(node, b, base, ("square", None, None), "Pow 2 as a square")
+    layout = b.stored_layout(base) if b.is_activation(base) and b.shape(base) == b.shape(node.outputs[0]) else NCHW
+    _numpy_binary(node, b, layout)
+
+
+@lowering("PRelu")
+def prelu(node: Node, b: Builder) -> None:
+    x_name, slope_name = node.inputs[:2]
+    slope = b.graph.const(slope_name)
+    if b.is_activation(x_name) and slope is not None and slope.size == 1:
+        # one slope: PRelu is LeakyRelu (x < 0 ? x * slope : x; NaN fails the test and stays NaN)
+        alpha = float(round_to_storage(np.asarray(slope, np.float32), b.precision).reshape(-1)[0])
+        return _copy_then_activate(node, b, x_name, ("leaky_relu", alpha, None), "PRelu with one slope")
+    _numpy_prelu(node, b)
+
+
+def _numpy_prelu(node: Node, b: Builder) -> None:
+    """y = x * slope, then x copied back where x >= 0 (slope per channel or full, broadcast)."""
+    x_name = node.inputs[0]
+    layout = b.stored_layout(x_name) if b.is_activation(x_name) else NCHW
+    x, slope = (b.read(n, layout) if b.is_activation(n)
+                else round_to_storage(np.asarray(b.graph.const(n), np.float32), b.precision) for n in node.inputs[:2])
+    y = b.write(node.outputs[0], layout)
+
+    def bind(v: Views) -> Runner:
+        xs, slopes, out = (v.logical(o) if isinstance(o, Slot) else o for o in (x, slope, y))
+        non_negative = np.empty_like(out, dtype=bool)  # per arena, laid out as the output
+
+        def run() -> None:
+            np.greater_equal(xs, 0, out=non_negative)
+            np.multiply(xs, slopes, out=out)
+            np.copyto(out, xs, where=non_negative)
+        return run
+    b.emit(node, "numpy", bind, "PRelu, slope broadcast")
 
 
 @lowering(*ACTIVATION_OPS)
 def activation(node: Node, b: Builder) -> None:
+    act = node.attrs["activation"]
+    if not act.fusable:
+        return _swish(node, b, act.param("alpha"))
+    _copy_then_activate(node, b, node.inputs[0], act_args(act), str(act))
+
+
+def _copy_then_activate(node: Node, b: Builder, x_name: str, act: ActArgs, note: str) -> None:
+    """y = act(x) by the native in-place activation on a copy (then the node's fused one, if any)."""
     k = native_kernels()
-    x = b.read_stored(node.inputs[0])
+    x = b.read_stored(x_name)
     y = b.write(node.outputs[0], x.layout)
-    act, threads = act_args(node.attrs["activation"]), b.threads_for(node)
-    fused = fused_act(node)
+    threads, fused = b.threads_for(node), fused_act(node)
 
     def bind(v: Views) -> Runner:
         copy = partial(np.copyto, v[y], v[x])
@@ -112,4 +164,22 @@ def activation(node: Node, b: Builder) -> None:
             if second is not None:
                 second()
         return run
-    b.emit(node, "native", bind, node.attrs["activation"].kind)
+    b.emit(node, "native", bind, note)
+
+
+def _swish(node: Node, b: Builder, alpha: float) -> None:
+    """x * sigmoid(alpha x) for a slope the native kernels do not have: scale, sigmoid, multiply."""
+    k = native_kernels()
+    x = b.read_stored(node.inputs[0])
+    y = b.write(node.outputs[0], x.layout)
+    threads = b.threads_for(node)
+
+    def bind(v: Views) -> Runner:
+        xs, out = v[x], v[y]
+
+        def run() -> None:
+            np.multiply(xs, np.float32(alpha), out=out)
+            k.activation(out, "sigmoid", threads=threads)
+            np.multiply(out, xs, out=out)
+        return run
+    b.emit(node, "numpy", bind, f"Swish alpha={alpha:g}: scale, native sigmoid, multiply")

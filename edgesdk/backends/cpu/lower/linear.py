@@ -1,6 +1,8 @@
 """The cpu lowering of the linear family (``edgesdk/ops/linear.py``): Gemm and MatMul."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -10,7 +12,7 @@ from ....graph import Node
 from ....runtime.precision import round_to_storage
 from .. import weights as W
 from ..program import NCHW, Builder, Runner, Slot, Views
-from .base import NO_ACT, fused_act, native_kernels, then_activate, fallback, lowering
+from .base import NO_ACT, fused_act, native_kernels, fallback, lowering
 
 
 @lowering("Gemm")
@@ -93,29 +95,71 @@ def _gemm_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None, alpha: 
 
 @lowering("MatMul")
 def matmul(node: Node, b: Builder) -> None:
-    k = native_kernels()
     a_name, w_name = node.inputs
     w_value = b.graph.const(w_name)
-    out = node.outputs[0]
-    if w_value is None or w_value.ndim != 2 or not b.is_activation(a_name):
-        return _matmul_numpy(node, b)
-    kk, n = w_value.shape
+    if w_value is not None and w_value.ndim == 2 and b.is_activation(a_name):
+        return _matmul_constant_weight(node, b, w_value.shape)
+    _matmul_batched(node, b)
+
+
+def _matmul_constant_weight(node: Node, b: Builder, w_shape: tuple[int, int]) -> None:
+    """x @ W with a constant 2-D W: one packed GEMM over the flattened leading axes of x."""
+    k = native_kernels()
+    a_name, w_name = node.inputs
+    kk, n = w_shape
     packed = W.pack_dense(k, W.stored_matrix(b.graph.tensors[w_name])[0], None, b.precision, "kn")
     a = b.read(a_name, NCHW)
-    y = b.write(out, NCHW)
+    y = b.write(node.outputs[0], NCHW)
     act, threads = fused_act(node), b.threads_for(node)
     b.emit(node, "native", lambda v: partial(k.gemm, v[a].reshape(-1, kk), packed, v[y].reshape(-1, n), *act, threads),
            "GEMM over the flattened leading axes")
 
 
-def _matmul_numpy(node: Node, b: Builder) -> None:
-    """Both operands activations, or a batched / 1-D constant: numpy matmul into the arena."""
+def _matmul_batched(node: Node, b: Builder) -> None:
+    """Batched A @ B, both operands at run time or one constant, batch dimensions broadcast as
+    numpy does, 1-D operands as (1, K) / (K, 1): the native batched_matmul, each output matrix
+    reading the A and B matrices an index table names."""
+    k = native_kernels()
+    plan = BatchedMatmul.of(*(b.shape(name) for name in node.inputs))
     operands = [b.read(name, NCHW) if b.is_activation(name)
-                else round_to_storage(b.graph.const(name), b.precision) for name in node.inputs]
+                else np.ascontiguousarray(round_to_storage(np.asarray(b.graph.const(name), np.float32), b.precision))
+                for name in node.inputs]
     y = b.write(node.outputs[0], NCHW)
     act, threads = fused_act(node), b.threads_for(node)
+    (a_batches, m, kk), (b_batches, _, n) = plan.a_shape, plan.b_shape
 
     def bind(v: Views) -> Runner:
         lhs, rhs = (v[o] if isinstance(o, Slot) else o for o in operands)
-        return then_activate(partial(np.matmul, lhs, rhs, out=v[y]), v[y], act, threads)
-    b.emit(node, "numpy", bind, "matmul of activations")
+        return partial(k.batched_matmul, lhs.reshape(a_batches, m, kk), rhs.reshape(b_batches, kk, n),
+                       v[y].reshape(plan.batches, m, n), plan.a_index, plan.b_index, threads, *act)
+    b.emit(node, "native", bind, f"{plan.batches} batched {m}x{kk} @ {kk}x{n}")
+
+
+@dataclass(frozen=True)
+class BatchedMatmul:
+    """A MatMul as ``batches`` matrix products: A viewed (a_batches, M, K), B (b_batches, K, N),
+    and for each output matrix the index of its A and B matrix (numpy's batch broadcasting)."""
+    a_shape: tuple[int, int, int]
+    b_shape: tuple[int, int, int]
+    batches: int
+    a_index: np.ndarray
+    b_index: np.ndarray
+
+    @classmethod
+    def of(cls, a: tuple[int, ...], b: tuple[int, ...]) -> "BatchedMatmul":
+        a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+        b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+        positions = np.indices(batch).reshape(len(batch), -1) if batch else np.zeros((0, 1), np.int64)
+        return cls((math.prod(a2[:-2]),) + a2[-2:], (math.prod(b2[:-2]),) + b2[-2:], math.prod(batch),
+                   _batch_index(a2[:-2], batch, positions), _batch_index(b2[:-2], batch, positions))
+
+
+def _batch_index(dims: tuple[int, ...], batch: tuple[int, ...], positions: np.ndarray) -> np.ndarray:
+    """The flat index into an operand's batch dims ``dims`` of each output batch position (size-1
+    dims broadcast: index 0)."""
+    dims = (1,) * (len(batch) - len(dims)) + tuple(dims)
+    index = np.zeros(positions.shape[1], np.int64)
+    for axis, size in enumerate(dims):
+        index = index * size + (positions[axis] if size > 1 else 0)
+    return np.ascontiguousarray(index, np.int64)

@@ -1,4 +1,10 @@
-"""The cpu lowering of the tensor family (``edgesdk/ops/tensor.py``): Layout ops: Reshape (a view), Transpose, Concat, Pad."""
+"""The cpu lowering of the tensor family (``edgesdk/ops/tensor.py``): Reshape (a view), Concat and
+Pad (copies into the arena), and the strided copy ops - Transpose, Split, Slice, Gather, Expand,
+Tile, DepthToSpace, SpaceToDepth - each output a view of its input where its elements are one
+contiguous run of the input's storage (a Split or Slice of the outermost axis, x[:, 0] of a batch
+of one, a Transpose that keeps the stored order), else one numpy strided copy. They read their
+input in whatever layout it is stored (NHWC included): the strides say where each element is.
+"""
 from __future__ import annotations
 
 from functools import partial
@@ -6,6 +12,7 @@ from functools import partial
 import numpy as np
 
 from ....graph import Node
+from ....ops.tensor import Strided, c_strides, strided_of
 from ....runtime.precision import round_to_storage
 from ..program import NCHW, NHWC, Builder, Runner, Slot, Views, same_bytes_in_both_layouts
 from .base import fused_act, then_activate, fallback, lowering
@@ -24,20 +31,6 @@ def _mark_view(node: Node, b: Builder, note: str) -> None:
 
 def _noop() -> None:
     return None
-
-
-@lowering("Transpose")
-def transpose(node: Node, b: Builder) -> None:
-    x = b.read_stored(node.inputs[0])
-    perm = tuple(node.attrs["perm"])
-    # Storage axis order of the result: contiguous iff it is the identity -> a free view.
-    storage_order = (0, 3, 1, 2) if x.layout == NHWC else tuple(range(len(perm)))  # logical -> stored axis
-    order = tuple(storage_order[p] for p in perm)
-    if [ax for ax in order if x.storage_shape[ax] > 1] == sorted(ax for ax in order if x.storage_shape[ax] > 1):
-        b.alias(node.outputs[0], x)
-        return _mark_view(node, b, "transpose that keeps the stored order")
-    y = b.write(node.outputs[0], NCHW)
-    b.emit(node, "numpy", lambda v: partial(np.copyto, v[y], v.logical(x).transpose(perm)), "transposing copy")
 
 
 @lowering("Concat")
@@ -92,3 +85,70 @@ def pad(node: Node, b: Builder) -> None:
             copy()
         return then_activate(run, v[y], act, threads)
     b.emit(node, "numpy", bind, "constant pad")
+
+
+# -- strided copies and views ---------------------------------------------------------------------
+def _logical_strides(slot: Slot) -> tuple[int, ...]:
+    """Element strides of each logical (graph-order) axis of ``slot`` in its storage."""
+    storage = c_strides(slot.storage_shape)
+    if slot.layout == NHWC:
+        n, h, w, c = storage
+        return (n, c, h, w)
+    return storage
+
+
+def _strided_source(storage: np.ndarray, mapping: Strided) -> np.ndarray:
+    """A read-only numpy view of ``storage`` (C-contiguous) laid out as ``mapping`` says."""
+    flat = storage.reshape(-1)
+    item = flat.itemsize
+    return np.lib.stride_tricks.as_strided(flat[mapping.offset:], mapping.dims,
+                                           tuple(s * item for s in mapping.strides), writeable=False)
+
+
+def _views_or_copies(node: Node, b: Builder, x: Slot, mappings: list[Strided], what: str) -> None:
+    """Each output of ``node`` as a view of ``x`` when its mapping is one contiguous run, else a
+    copy; one step copies every output that needs it."""
+    copies = []
+    for name, mapping in zip(node.outputs, mappings):
+        if not name:
+            continue
+        if mapping.contiguous:
+            b.alias(name, x, offset=mapping.offset)
+        else:
+            copies.append((b.write(name, NCHW), mapping.coalesced()))
+    if not copies:
+        return _mark_view(node, b, f"{what}: a view of its input")
+
+    def bind(v: Views) -> Runner:
+        runs = [partial(np.copyto, v[y].reshape(m.dims), _strided_source(v[x], m)) for y, m in copies]
+
+        def run() -> None:
+            for copy in runs:
+                copy()
+        return run
+    views = len(mappings) - len(copies)
+    b.emit(node, "numpy", bind, f"{what}: strided copy" + (f" ({views} outputs are views)" if views else ""))
+
+
+@lowering("Transpose", "Split", "Slice", "Expand", "Tile", "DepthToSpace", "SpaceToDepth")
+def strided_copy(node: Node, b: Builder) -> None:
+    x = b.read_stored(node.inputs[0])
+    mappings = strided_of(node, x.shape, _logical_strides(x))
+    _views_or_copies(node, b, x, mappings, node.op)
+
+
+@lowering("Gather")
+def gather(node: Node, b: Builder) -> None:
+    x = b.read_stored(node.inputs[0])
+    mappings = strided_of(node, x.shape, _logical_strides(x))
+    if mappings:  # evenly spaced indices: a strided slice
+        return _views_or_copies(node, b, x, mappings, "Gather of evenly spaced indices")
+    axis, shape = node.attrs["axis"], x.shape
+    indices = np.array(node.attrs["indices"], dtype=np.intp)
+    y = b.write(node.outputs[0], NCHW)
+    flat_shape = shape[:axis] + (len(indices),) + shape[axis + 1:]
+
+    def bind(v: Views) -> Runner:
+        # indices were checked at import: "clip" skips numpy's buffered bounds check
+        return partial(np.take, v.logical(x), indices, axis, v[y].reshape(flat_shape), "clip")
+    b.emit(node, "numpy", bind, "gather along an axis")

@@ -1,15 +1,18 @@
-"""The opencl lowering of the elementwise family (``edgesdk/ops/elementwise.py``): Add/Sub/Mul/Div with broadcasting and stand-alone activations."""
+"""The opencl lowering of the elementwise family (``edgesdk/ops/elementwise.py``): Add/Sub/Mul/Div/Pow
+and PRelu with broadcasting (eltwise.cl's binary kernels) and stand-alone activations."""
 from __future__ import annotations
 
 
 from ....graph import Node
+from ....runtime.activations import ACTIVATION_PARAMS
 from ..kernels import Launch, LoweringContext, activation_defines, ceil_div, kernel, storage_defines
 from .common import broadcast_strides, operand, pad_rank
 
-_BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3}
+# eltwise.cl's OP codes. PRelu is a binary op of x and its slope (y = x >= 0 ? x : x * slope).
+_BINARY_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "PRelu": 5}
 
 
-@kernel("Add", "Sub", "Mul", "Div")
+@kernel(*_BINARY_OPS)
 def binary(ctx: LoweringContext, node: Node) -> list[Launch]:
     y = ctx.act(node.outputs[0])
     a, a_half, a_shape = operand(ctx, node.inputs[0])
@@ -26,7 +29,7 @@ def binary(ctx: LoweringContext, node: Node) -> list[Launch]:
     return [ctx.launch("eltwise.cl", "binary_broadcast", defines, [a, b, y.buffer], (y.size,), "eltwise")]
 
 
-@kernel("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+@kernel(*ACTIVATION_PARAMS)
 def activation(ctx: LoweringContext, node: Node) -> list[Launch]:
     x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
     defines = {"UNARY": 1, "TOTAL": y.size, **storage_defines(X=x.half, Y=y.half),

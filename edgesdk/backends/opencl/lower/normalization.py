@@ -1,4 +1,5 @@
-"""The opencl lowering of the normalization family (``edgesdk/ops/normalization.py``): BatchNormalization (unfused), Softmax and LRN."""
+"""The opencl lowering of the normalization family (``edgesdk/ops/normalization.py``): BatchNormalization
+(unfused), LayerNormalization, InstanceNormalization, Softmax, LogSoftmax and LRN."""
 from __future__ import annotations
 
 import math
@@ -6,7 +7,13 @@ import math
 import numpy as np
 
 from ....graph import Node
-from ..kernels import Launch, LoweringContext, NotLowerable, activation_defines, kernel, storage_defines
+from ....ops.normalization import softmax_view
+from ..kernels import (Launch, LoweringContext, NotLowerable, activation_defines, kernel, storage_defines)
+
+# Softmax along a strided axis: one work-item per column when there are enough columns to fill
+# the device or the axis is short; else one work-group per column.
+COLUMNS_PER_ITEM_KERNEL = 1024
+SHORT_AXIS = 32
 
 
 @kernel("BatchNormalization")
@@ -24,26 +31,84 @@ def batch_norm(ctx: LoweringContext, node: Node) -> list[Launch]:
     return [ctx.launch("eltwise.cl", "channel_affine", defines, args, (y.size,), "eltwise")]
 
 
-@kernel("Softmax")
-def softmax(ctx: LoweringContext, node: Node) -> list[Launch]:
-    x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
-    if y.half:
-        raise AssertionError("Softmax output must be float32 (FP32_ONLY_OPS)")
-    axis = node.attrs["axis"]
-    outer = math.prod(x.shape[:axis])
-    if node.attrs["coerce_2d"]:
-        d, inner = math.prod(x.shape[axis:]), 1
-    else:
-        d, inner = x.shape[axis], math.prod(x.shape[axis + 1:])
-    # A power-of-two work-group (the tree reduction halves it), no larger than the row needs.
-    wanted = (ctx.config.tuning("softmax").local or (64,))[0]
+# -- work-group sizes -----------------------------------------------------------------------------
+def _group_size(ctx: LoweringContext, tuning: str, length: int, default: int) -> int:
+    """A power-of-two work-group (the tree reductions halve it) no larger than the row (every
+    work-item gets an element), the tuned size or the device allows."""
+    wanted = (ctx.config.tuning(tuning).local or (default,))[0]
+    limit = min(wanted, length, ctx.device.info.max_work_group_size)
     local = 1
-    while local * 2 <= min(wanted, d, ctx.device.info.max_work_group_size):
+    while local * 2 <= limit:
         local *= 2
-    rows = outer * inner
-    defines = {"SOFTMAX": 1, "D": d, "INNER": inner, "LOCAL": local, **storage_defines(X=x.half)}
-    return [ctx.launch("normalization.cl", "softmax", defines, [x.buffer, y.buffer], (rows * local,),
+    return local
+
+
+# -- layer and instance norms -------------------------------------------------------------------
+def _norm_args(ctx: LoweringContext, node: Node) -> tuple[list, dict]:
+    """The scale and optional bias buffers, with the defines for them (W role, B role) and EPS."""
+    names = [node.inputs[1], node.input(2)]
+    if not all(ctx.is_const(n) for n in names if n):
+        raise NotLowerable(f"{node.op} with a scale or bias computed at run time")
+    eps = float(np.float32(node.attrs["epsilon"]))
+    if math.isnan(eps):  # a NaN cannot be written as a -D constant; every output is NaN anyway
+        raise NotLowerable(f"{node.op} with a NaN epsilon")
+    scale, scale_half = ctx.dense(names[0])
+    bias, bias_half = ctx.dense(names[1]) if names[1] else (ctx.dummy, False)
+    return [scale, bias], {"EPS": eps, "HAS_BIAS": int(bool(names[1])), **storage_defines(W=scale_half, B=bias_half)}
+
+
+@kernel("LayerNormalization")
+def layer_norm(ctx: LoweringContext, node: Node) -> list[Launch]:
+    x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
+    axis = node.attrs["axis"]
+    rows, cols = math.prod(x.shape[:axis]), math.prod(x.shape[axis:])
+    affine, affine_defines = _norm_args(ctx, node)
+    local = _group_size(ctx, "layer_norm", cols, 128)
+    defines = {"LAYER_NORM": 1, "ROWS": rows, "COLS": cols, "LOCAL": local, **affine_defines,
+               **storage_defines(X=x.half, Y=y.half), **activation_defines(None)}
+    return [ctx.launch("normalization.cl", "layer_norm", defines, [x.buffer, *affine, y.buffer], (rows * local,),
                        local_size=(local,))]
+
+
+@kernel("InstanceNormalization")
+def instance_norm(ctx: LoweringContext, node: Node) -> list[Launch]:
+    x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
+    channels, spatial = x.shape[1], math.prod(x.shape[2:])
+    rows = x.shape[0] * channels
+    affine, affine_defines = _norm_args(ctx, node)
+    local = _group_size(ctx, "instance_norm", spatial, 128)
+    defines = {"INSTANCE_NORM": 1, "ROWS": rows, "COLS": spatial, "SPATIAL": spatial, "CH": channels, "CPG": 1,
+               "LOCAL": local, **affine_defines,
+               **storage_defines(X=x.half, Y=y.half), **activation_defines(None)}
+    return [ctx.launch("normalization.cl", "instance_norm", defines, [x.buffer, *affine, y.buffer], (rows * local,),
+                       local_size=(local,))]
+
+
+# -- softmax ------------------------------------------------------------------------------------
+@kernel("Softmax", "LogSoftmax")
+def softmax(ctx: LoweringContext, node: Node) -> list[Launch]:
+    """Rows (the last axis, or every axis from ``axis`` on before opset 13): Softmax keeps its
+    one-read-of-exp kernel, LogSoftmax the work-group kernel; a strided axis: one work-item per
+    column, or one work-group per column when columns are few and the axis long."""
+    x, y = ctx.act(node.inputs[0]), ctx.act(node.outputs[0])
+    outer, length, inner = softmax_view(node, x.shape)
+    log = node.op == "LogSoftmax"
+    if inner == 1 and not log:
+        if y.half:
+            raise AssertionError("Softmax output must be float32 (FP32_ONLY_OPS)")
+        local = _group_size(ctx, "softmax", length, 64)
+        defines = {"SOFTMAX": 1, "D": length, "INNER": 1, "LOCAL": local, **storage_defines(X=x.half)}
+        return [ctx.launch("normalization.cl", "softmax", defines, [x.buffer, y.buffer], (outer * local,),
+                           local_size=(local,))]
+    defines = {"OUTER": outer, "AXIS": length, "INNER": inner, "LOG_SOFTMAX": int(log),
+               **storage_defines(X=x.half, Y=y.half)}
+    columns = outer * inner
+    if inner > 1 and (columns >= COLUMNS_PER_ITEM_KERNEL or length <= SHORT_AXIS):
+        return [ctx.launch("normalization.cl", "softmax_axis", {"SOFTMAX_AXIS": 1, **defines}, [x.buffer, y.buffer],
+                           (columns,), "eltwise")]
+    local = _group_size(ctx, "softmax", length, 64)
+    return [ctx.launch("normalization.cl", "softmax_axis_wg", {"SOFTMAX_AXIS_WG": 1, "LOCAL": local, **defines},
+                       [x.buffer, y.buffer], (columns * local,), local_size=(local,))]
 
 
 @kernel("LRN")
