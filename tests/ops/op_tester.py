@@ -27,7 +27,7 @@ RTOL = {"fp32": 1e-4, "fp16": 1e-2}
 _ORACLE: dict[str, list[np.ndarray]] = {}
 
 
-def _unavailable(backend: str) -> str | None:
+def backend_unavailable(backend: str) -> str | None:
     from edgesdk.backends import get_backend
     from edgesdk.errors import BackendUnavailableError
     try:
@@ -79,7 +79,7 @@ class Target:
         copies). Returns the session for further checks."""
         if skip and self.name in skip:
             pytest.skip(f"{self.name}: {skip[self.name]}")
-        reason = _unavailable(self.backend)
+        reason = backend_unavailable(self.backend)
         if reason is not None:
             pytest.skip(reason)
         sess = self.session(model)
@@ -99,6 +99,21 @@ class Target:
             else:
                 assert_close(g, e, tol, what=f"{self.name} {name}")
         return sess
+
+
+def torch_export(module, sample, opset: int = 17, **names):
+    """``module`` in eval mode exported by torch's legacy (TorchScript) exporter, as most users'
+    models are; ``names`` go to torch.onnx.export (input_names=..., output_names=...)."""
+    import io
+    import warnings
+
+    import onnx
+    import torch
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notices
+        torch.onnx.export(module.eval(), (sample,), buffer, dynamo=False, opset_version=opset, **names)
+    return onnx.load_from_string(buffer.getvalue())
 
 
 def _op_of(sess: edgesdk.Session, node_name: str) -> str:

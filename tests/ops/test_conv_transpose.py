@@ -5,8 +5,6 @@ packages and compression (whose recipes leave its weights dense); torch exports 
 fine-tuning bridge."""
 from __future__ import annotations
 
-import io
-import warnings
 
 import numpy as np
 import onnx
@@ -21,6 +19,7 @@ from edgesdk.compress.recipe import LayerSettings, Recipe
 from edgesdk.errors import UnsupportedModelError
 from edgesdk.graph import Graph
 from onnx_builders import single_node_model
+from ops.op_tester import torch_export
 
 R = np.random.default_rng(41)
 
@@ -206,18 +205,12 @@ class Decoder(torch.nn.Module):
         return image, self.line(x.flatten(2))
 
 
-def exported(module, sample, opset: int = 17) -> onnx.ModelProto:
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notices
-        torch.onnx.export(module.eval(), (sample,), buffer, dynamo=False, opset_version=opset)
-    return onnx.load_from_string(buffer.getvalue())
 
 
 @pytest.fixture(scope="module")
 def decoder_model() -> onnx.ModelProto:
     torch.manual_seed(0)
-    return exported(Decoder(), torch.randn(1, 4, 3, 5))
+    return torch_export(Decoder(), torch.randn(1, 4, 3, 5))
 
 
 def test_torch_conv_transposes(target, decoder_model) -> None:

@@ -5,9 +5,7 @@ hard-swish), which must leave the graph alone when an intermediate is used elsew
 differs."""
 from __future__ import annotations
 
-import io
 import math
-import warnings
 
 import numpy as np
 import onnx
@@ -19,6 +17,7 @@ import edgesdk
 from edgesdk.errors import UnsupportedModelError
 from edgesdk.runtime.activations import ACTIVATION_PARAMS, Activation
 from onnx_builders import single_node_model
+from ops.op_tester import torch_export
 
 R = np.random.default_rng(13)
 F = onnx.TensorProto.FLOAT
@@ -240,11 +239,7 @@ def test_prelu_slope_must_broadcast_to_the_input() -> None:
 # -- fusions of exporters' formulas -----------------------------------------------------------------
 def _exported(module, shape) -> onnx.ModelProto:
     torch = pytest.importorskip("torch")
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, (torch.randn(*shape),), buffer, dynamo=False, opset_version=17)
-    return onnx.load_from_string(buffer.getvalue())
+    return torch_export(module, torch.randn(*shape))
 
 
 def _torch_modules() -> dict:

@@ -83,9 +83,9 @@ def test_matmul_tiled_kernel(tmp_path, monkeypatch) -> None:
     """matmul.cl's local-memory kernel, which device families with a ``matmul`` work-group size
     (GPUs) run: partial tiles, broadcast batch dims, a fused activation, half storage."""
     import edgesdk
-    from ops.op_tester import _unavailable
-    if _unavailable("opencl"):
-        pytest.skip(_unavailable("opencl"))
+    from ops.op_tester import backend_unavailable
+    if backend_unavailable("opencl"):
+        pytest.skip(backend_unavailable("opencl"))
     config = tmp_path / "gpu.yaml"
     config.write_text("kernels:\n  matmul: {local: [64, 1]}\n")
     monkeypatch.setenv("EDGESDK_OPENCL_CONFIG", str(config))

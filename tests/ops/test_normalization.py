@@ -4,8 +4,6 @@ input coerced to 2-D), what the importer refuses, torch exports, and the pass fu
 arithmetic of torch's legacy exporter into one node."""
 from __future__ import annotations
 
-import io
-import warnings
 
 import numpy as np
 import onnx
@@ -22,6 +20,7 @@ from edgesdk.runtime.activations import Activation
 from conftest import ort_run
 from onnx_builders import single_node_model
 from onnx_node_cases import case_names, load_case
+from ops.op_tester import torch_export
 
 R = np.random.default_rng(17)
 
@@ -294,12 +293,6 @@ except ImportError:  # the torch tests skip; everything above still runs
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
 
-def exported(module, sample, opset: int = 17) -> onnx.ModelProto:
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notices
-        torch.onnx.export(module.eval(), (sample,), buffer, dynamo=False, opset_version=opset)
-    return onnx.load_from_string(buffer.getvalue())
 
 
 def norms_module():
@@ -322,7 +315,7 @@ def norms_module():
 
 @pytest.fixture(scope="module")
 def norms_model() -> onnx.ModelProto:
-    return exported(norms_module(), torch.randn(2, 4, 5, 6))
+    return torch_export(norms_module(), torch.randn(2, 4, 5, 6))
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +325,7 @@ def legacy_layer_norm_model() -> onnx.ModelProto:
     with torch.no_grad():
         module.weight.uniform_(0.5, 1.5)
         module.bias.uniform_(-1, 1)
-    return exported(module, torch.randn(2, 3, 12), opset=14)
+    return torch_export(module, torch.randn(2, 3, 12), opset=14)
 
 
 @needs_torch
@@ -354,7 +347,7 @@ def test_torch_legacy_layer_norm_fuses_into_one_node(target, legacy_layer_norm_m
 def test_torch_legacy_layer_norm_over_the_spatial_axes_fuses(target) -> None:
     """LayerNorm([H, W]) of (N, C, H, W): its means import as GlobalAveragePool."""
     module = torch.nn.LayerNorm([5, 7], elementwise_affine=False)
-    model = exported(module, torch.randn(1, 3, 5, 7), opset=14)
+    model = torch_export(module, torch.randn(1, 3, 5, 7), opset=14)
     sess = target.check(model, {model.graph.input[0].name: randn(1, 3, 5, 7, scale=2.0)})
     assert ops_of(sess) == ["LayerNormalization"] and sess.graph.nodes[0].attrs["axis"] == 2
 

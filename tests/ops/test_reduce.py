@@ -115,9 +115,9 @@ def test_reduce_prod_of_a_shape_folds_at_import() -> None:
 def test_reduce_work_group_kernel(tmp_path, monkeypatch) -> None:
     """The OpenCL work-group variant (a device configuration with a ``reduce`` work-group size,
     as GPU families have): long contiguous rows, one pass and two."""
-    from ops.op_tester import _unavailable
-    if _unavailable("opencl"):
-        pytest.skip(_unavailable("opencl"))
+    from ops.op_tester import backend_unavailable
+    if backend_unavailable("opencl"):
+        pytest.skip(backend_unavailable("opencl"))
     config = tmp_path / "wg.yaml"
     config.write_text("kernels:\n  reduce: {local: [8]}\n")
     monkeypatch.setenv("EDGESDK_OPENCL_CONFIG", str(config))
@@ -156,9 +156,9 @@ def test_nan_is_the_extreme_value(target) -> None:
     """A NaN is the max and the min (numpy): ReduceMax/Min give NaN on every backend, ArgMax/ArgMin
     its index on reference and cpu; OpenCL's kernel scans as ONNX Runtime does, where a NaN wins
     only as the first value of its row (documented in the README's operator table)."""
-    from ops.op_tester import _unavailable
-    if _unavailable(target.backend):
-        pytest.skip(_unavailable(target.backend))
+    from ops.op_tester import backend_unavailable
+    if backend_unavailable(target.backend):
+        pytest.skip(backend_unavailable(target.backend))
     x = np.array([[1, np.nan, 3, 3], [np.nan, 2, 1, 0], [1, 2, np.nan, np.nan]], np.float32)
     nodes = [oh.make_node("ArgMax", ["x"], ["first"], axis=1, keepdims=0),
              oh.make_node("ArgMin", ["x"], ["last"], axis=1, keepdims=0, select_last_index=1),

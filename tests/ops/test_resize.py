@@ -5,8 +5,6 @@ inputs, NHWC-stored inputs on cpu; the coordinate tables against ONNX Runtime's 
 the importer refuses; torch exports and the fine-tuning bridge."""
 from __future__ import annotations
 
-import io
-import warnings
 
 import numpy as np
 import onnx
@@ -20,6 +18,7 @@ from edgesdk.compress import pack_model
 from edgesdk.errors import UnsupportedModelError
 from edgesdk.graph import Graph
 from edgesdk.ops.resize import axis_table
+from ops.op_tester import torch_export
 
 R = np.random.default_rng(31)
 
@@ -281,18 +280,12 @@ class Upsamplers(torch.nn.Module):
         return up, sized, line
 
 
-def exported(module, sample, opset: int = 17) -> onnx.ModelProto:
-    buffer = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notices
-        torch.onnx.export(module.eval(), (sample,), buffer, dynamo=False, opset_version=opset)
-    return onnx.load_from_string(buffer.getvalue())
 
 
 @pytest.fixture(scope="module")
 def upsamplers_model() -> onnx.ModelProto:
     torch.manual_seed(0)
-    return exported(Upsamplers(), torch.randn(1, 3, 4, 5))
+    return torch_export(Upsamplers(), torch.randn(1, 3, 4, 5))
 
 
 def test_torch_upsampling(target, upsamplers_model) -> None:
