@@ -22,7 +22,6 @@ pytest.importorskip("pyopencl")
 from edgesdk.backends.opencl import MappedBufferError, OpenCLBackend, describe_devices  # noqa: E402
 from edgesdk.backends.opencl import config as cl_config  # noqa: E402
 from edgesdk.backends.opencl.device import open_device  # noqa: E402
-from edgesdk.backends.opencl.memory import Block, plan_arena  # noqa: E402
 from edgesdk.backends.opencl import programs  # noqa: E402
 from edgesdk.backends.opencl.programs import program_cache  # noqa: E402
 
@@ -349,23 +348,6 @@ def test_io_binding_rejects_unknown_names() -> None:
 
 
 # -- arena ------------------------------------------------------------------------------------------
-
-def test_plan_arena_never_overlaps_live_blocks() -> None:
-    rng = np.random.default_rng(0)
-    for _ in range(50):
-        blocks = []
-        for i in range(rng.integers(1, 25)):
-            first = int(rng.integers(0, 20))
-            blocks.append(Block(f"b{i}", int(rng.integers(1, 5000)), first, first + int(rng.integers(0, 6))))
-        size = plan_arena(blocks, 128)
-        for a in blocks:
-            assert a.offset % 128 == 0 and a.offset + a.nbytes <= size
-            for b in blocks:
-                if a is not b and a.first <= b.last and b.first <= a.last:
-                    assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset
-        peak = max(sum(b.nbytes for b in blocks if b.first <= t <= b.last) for t in range(30))
-        assert size >= peak
-
 
 def test_arena_reuses_memory_and_profile_reports_peak() -> None:
     from zoo import export_onnx, sample_input

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..errors import BackendUnavailableError, InputError, SessionClosedError
+from ..runtime.fallback import FALLBACK_PLACEMENT
 from ..runtime.plan import ExecutionPlan
+from ..runtime.profiling import StepInfo
 
 if TYPE_CHECKING:
     from ..profile.records import ProfileReport
@@ -39,6 +41,23 @@ class Backend(abc.ABC):
         self.plan = plan
         self.precision = precision
         self.threads = threads
+        # What each prepared step does, in run order (set by the backend's set-up): placements,
+        # fallbacks, describe() and the profile's records all come from it.
+        self.steps: tuple[StepInfo, ...] = ()
+
+    @property
+    def placements(self) -> dict[str, str]:
+        """Graph node name -> where it runs (native | numpy | opencl | view | reference)."""
+        return {s.node: s.placement for s in self.steps if s.node}
+
+    @property
+    def fallback_reasons(self) -> dict[str, str]:
+        """Graph node name -> why it runs on the reference kernel, for the nodes that do."""
+        return {s.node: s.note for s in self.steps if s.placement == FALLBACK_PLACEMENT}
+
+    def describe(self) -> list[dict[str, str]]:
+        """One record per prepared step, steps the backend inserted (layout conversions) included."""
+        return [{"node": s.node, "op": s.op, "placement": s.placement, "note": s.note} for s in self.steps]
 
     @abc.abstractmethod
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -5,22 +5,22 @@ import functools
 import importlib
 import os
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from ...errors import BackendUnavailableError, SessionClosedError, UnsupportedModelError, UnsupportedOperatorError
-from ...graph import Graph
+from ...graph import Graph, Node
 from ...native import cpu_features
-from ...profile.records import MemoryReport, OpRecord, ProfileReport
-from ...runtime.cost import op_label
+from ...profile.records import MemoryReport, ProfileReport
+from ...runtime.arena import Pool, aligned_host_buffer, plan_arena
 from ...runtime.plan import ExecutionPlan
+from ...runtime.profiling import StepInfo, op_records, timed_runners
 from ...runtime.precision import PRECISIONS, round_to_storage
 from ..base import Backend
 from ..reference import ReferenceBackend
 from .lower import LOWERINGS
-from .program import Binder, Builder, Pool, Runner, Slot, Views, aligned_empty, assign_offsets
+from .program import Binder, Builder, Runner, Slot, StepRecord, Views
 from .threads import physical_cores
 
 
@@ -32,16 +32,6 @@ def _check_spin_setting() -> None:
         raise BackendUnavailableError(f"EDGESDK_CPU_SPIN_US={value!r} is not a whole number of microseconds "
                                       "(how long idle worker threads spin before sleeping); set e.g. 1000, "
                                       "0 to never spin, or unset it")
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """What one prepared step does, for ``placements`` / ``describe``."""
-    node: str  # graph node ("" for a layout conversion the backend inserted)
-    op: str
-    placement: str  # native | numpy | view | reference
-    note: str
-    written_bytes: int = 0  # arena bytes the step writes: its outputs and its scratch
 
 
 class CPUBackend(Backend):
@@ -85,11 +75,11 @@ class CPUBackend(Backend):
             lower(step.node, builder)
         outputs = {name: builder.keep_alive(name) for name in graph.outputs if builder.is_activation(name)}
         constants = _constant_outputs(graph, precision, outputs)
-        buffers = builder.buffers()
-        self.arena_bytes = assign_offsets(buffers)
-        self._unplanned_bytes = sum(b.nbytes for b in buffers)
-        self.steps = tuple(StepInfo(s.node, s.op, s.placement, s.note, sum(b.nbytes for b in s.writes))
-                           for s in builder.steps)
+        blocks = builder.blocks()
+        self.arena_bytes = plan_arena(blocks)
+        self._unplanned_bytes = sum(b.nbytes for b in blocks)
+        nodes = {node.name: node for node in graph.nodes}
+        self.steps = tuple(_step_info(graph, nodes.get(s.node), s) for s in builder.steps)
         binders = [s.binder for s in builder.steps if s.placement != "view"]
         inputs, arena_bytes = dict(builder.inputs), self.arena_bytes
         self._arenas: Pool[BoundArena] = Pool(lambda: BoundArena(arena_bytes, binders, inputs, outputs, constants),
@@ -119,27 +109,13 @@ class CPUBackend(Backend):
         conversion the backend inserted (views take no time)."""
         arena = self._arenas.take()
         try:
-            seconds = [0.0] * len(arena.runners)
-            timed = [_timed(runner, seconds, i) for i, runner in enumerate(arena.runners)]
+            runners, seconds, _ = timed_runners(arena.runners)
             start = time.perf_counter()
-            outputs = arena.execute(feeds, timed)
+            outputs = arena.execute(feeds, runners)
             wall_ms = (time.perf_counter() - start) * 1e3
         finally:
             self._arenas.give_back(arena)
-        graph = self.plan.graph
-        nodes = {node.name: node for node in graph.nodes}
-        spent = iter(seconds)
-        records = []
-        for step in self.steps:
-            node = nodes.get(step.node)  # None for a layout conversion
-            records.append(OpRecord(
-                node=step.node or step.note, op=op_label(node) if node else step.op, placement=step.placement,
-                kernels=(), device_ms=0.0, host_ms=0.0 if step.placement == "view" else next(spent) * 1e3,
-                output_bytes=step.written_bytes,
-                weight_bytes=sum(graph.tensors[i].stored_nbytes for i in node.inputs
-                                 if i and graph.tensors[i].is_constant) if node else 0,
-                scratch_bytes=0, note=step.note))
-        return ProfileReport(self.device_label, self.precision, "arena", wall_ms, tuple(records),
+        return ProfileReport(self.device_label, self.precision, "arena", wall_ms, op_records(self.steps, seconds),
                              self.memory_report, outputs)
 
     @property
@@ -157,20 +133,6 @@ class CPUBackend(Backend):
             source="arena as planned (inputs and scratch included) + output copies + weights as the "
                    "model stores them (the packed copies are not counted)")
 
-    # -- introspection ----------------------------------------------------------------------------
-    @property
-    def placements(self) -> dict[str, str]:
-        """node name -> native | numpy | view | reference (the reference backend's kernel)."""
-        return {s.node: s.placement for s in self.steps if s.node}
-
-    @property
-    def fallback_reasons(self) -> dict[str, str]:
-        return {s.node: s.note for s in self.steps if s.placement == "reference"}
-
-    def describe(self) -> list[dict[str, str]]:
-        """One record per prepared step, conversions included."""
-        return [{"node": s.node, "op": s.op, "placement": s.placement, "note": s.note} for s in self.steps]
-
 
 class BoundArena:
     """One activation arena with the prepared steps bound to it: what one run in flight owns.
@@ -178,7 +140,7 @@ class BoundArena:
 
     def __init__(self, nbytes: int, binders: list[Binder], inputs: dict[str, Slot], outputs: dict[str, Slot],
                  constants: dict[str, np.ndarray]) -> None:
-        self.memory = aligned_empty(nbytes)
+        self.memory = aligned_host_buffer(nbytes)
         views = Views(self.memory)
         self.runners: list[Runner] = [bind(views) for bind in binders]
         self.inputs = [(name, views[slot]) for name, slot in inputs.items()]
@@ -210,16 +172,16 @@ def _constant_outputs(graph: Graph, precision: str, computed: dict[str, Slot]) -
     return constants
 
 
-def _timed(runner: Callable[[], None], seconds: list[float], index: int) -> Callable[[], None]:
-    """``runner`` that also stores its duration in ``seconds[index]``."""
-    def run() -> None:
-        start = time.perf_counter()
-        runner()
-        seconds[index] = time.perf_counter() - start
-    return run
-
-
 def _output_reader(views: Views, slot: Slot) -> Callable[[], np.ndarray]:
     """A fresh graph-order copy of an output (the arena is overwritten by the next run)."""
     logical = views.logical(slot)
     return lambda: np.array(logical, order="C", copy=True)
+
+
+def _step_info(graph: Graph, node: Node | None, step: StepRecord) -> StepInfo:
+    """A prepared step as the profile reports it: a node with its op label and the weights it
+    reads as the model stores them, or (``node`` None) a layout conversion the backend inserted."""
+    written = sum(b.nbytes for b in step.writes)  # its outputs and its scratch, in the arena
+    if node is None:
+        return StepInfo("", step.op, step.placement, step.note, output_bytes=written)
+    return StepInfo.of_node(node, graph, step.placement, note=step.note, output_bytes=written)

@@ -16,32 +16,30 @@ Threads: binders may be called any number of times, once per arena; everything a
 from its binder, so that each arena's runners share nothing mutable with another arena's. The
 backend lends one arena per in-flight run from a :class:`Pool`.
 
-Memory: every activation buffer gets an interval [first write, last read] in step indices (the
-plan's step order and release points, plus the conversion steps added here); buffers whose
-intervals do not overlap share arena bytes (greedy, largest first, 64-byte aligned offsets).
+Memory: every activation buffer is a :class:`~edgesdk.runtime.arena.Block` live from its first
+write to its last read in step indices (the plan's order and release points, plus the conversion
+steps added here); ``runtime.arena.plan_arena`` places them (the planner every backend uses).
 """
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Generic, TypeVar
+from typing import Callable
 
 import numpy as np
 
 from ...graph import Graph, Node
+from ...runtime.arena import Block
 from ...runtime.cost import node_macs
 
 NCHW, NHWC = "nchw", "nhwc"
-ALIGN = 64
 # Below this much work (multiply-adds, or elements x window for the other ops) a step runs on the
 # calling thread: waking the pool costs more than the parallel part saves (LeNet at 2 threads
 # was 2x slower than at 1 before this).
 PARALLEL_MIN_WORK = 500_000
 
 Runner = Callable[[], None]
-T = TypeVar("T")
 
 
 def same_bytes_in_both_layouts(shape: tuple[int, ...]) -> bool:
@@ -57,20 +55,11 @@ def storage_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
 
 
 @dataclass(eq=False)
-class Buffer:
-    """A region of the arena, live from step ``first`` to step ``last`` (inclusive)."""
-    nbytes: int
-    first: int
-    last: int
-    offset: int = -1
-
-
-@dataclass(eq=False)
 class Slot:
     """A tensor stored in (part of) a buffer: its logical (graph) shape, its layout and its dtype
     (float32, or int64 for index outputs such as ArgMax's), from byte ``offset`` of the buffer on
     (a view such as a Slice of the outermost axis starts inside its source's buffer)."""
-    buffer: Buffer
+    buffer: Block
     shape: tuple[int, ...]
     layout: str
     dtype: np.dtype = np.dtype(np.float32)
@@ -109,8 +98,8 @@ class StepRecord:
     placement: str  # native | numpy | view | reference
     note: str
     binder: Binder
-    reads: list[Buffer] = field(default_factory=list)
-    writes: list[Buffer] = field(default_factory=list)
+    reads: list[Block] = field(default_factory=list)
+    writes: list[Block] = field(default_factory=list)
 
 
 class Builder:
@@ -123,8 +112,8 @@ class Builder:
         self.steps: list[StepRecord] = []
         # tensor name -> layout -> slot holding it in that layout
         self._stored: dict[str, dict[str, Slot]] = {}
-        self._pending_reads: list[Buffer] = []
-        self._pending_writes: list[Buffer] = []
+        self._pending_reads: list[Block] = []
+        self._pending_writes: list[Block] = []
         self.inputs: dict[str, Slot] = {}
 
     # -- graph inputs ---------------------------------------------------------------------------
@@ -219,7 +208,7 @@ class Builder:
                   dtype: np.dtype = np.dtype(np.float32)) -> Slot:
         dtype = np.dtype(dtype)
         nbytes = dtype.itemsize * math.prod(shape)
-        return Slot(Buffer(nbytes, first, first), tuple(shape), layout, dtype)
+        return Slot(Block(nbytes, first, first), tuple(shape), layout, dtype)
 
     def _convert(self, name: str, source: Slot, layout: str) -> Slot:
         target = self._new_slot(source.shape, layout, first=len(self.steps), dtype=source.dtype)
@@ -241,8 +230,9 @@ class Builder:
         self.steps.append(record)
 
     # -- arena ----------------------------------------------------------------------------------
-    def buffers(self) -> list[Buffer]:
-        seen: dict[int, Buffer] = {}
+    def blocks(self) -> list[Block]:
+        """Every arena block the steps use (each once), for ``plan_arena``."""
+        seen: dict[int, Block] = {}
         for slots in self._stored.values():
             for slot in slots.values():
                 seen[id(slot.buffer)] = slot.buffer
@@ -272,80 +262,3 @@ def transpose_copier(src: np.ndarray, dst: np.ndarray, source_layout: str) -> Ru
         for copy in copies:
             copy()
     return run
-
-
-def assign_offsets(buffers: list[Buffer]) -> int:
-    """Place buffers in one arena so that buffers live at the same time never overlap; returns
-    the arena size. Largest first, each at the lowest offset that fits (a standard greedy)."""
-    placed: list[Buffer] = []
-    for buffer in sorted(buffers, key=lambda b: -b.nbytes):
-        size = _aligned(buffer.nbytes)
-        clashes = sorted((b.offset, b.offset + _aligned(b.nbytes)) for b in placed
-                         if b.first <= buffer.last and buffer.first <= b.last)
-        offset = 0
-        for start, end in clashes:
-            if offset + size <= start:
-                break
-            offset = max(offset, end)
-        buffer.offset = offset
-        placed.append(buffer)
-    return max((b.offset + _aligned(b.nbytes) for b in placed), default=0)
-
-
-def aligned_empty(nbytes: int) -> np.ndarray:
-    """A uint8 array of ``nbytes`` starting on a 64-byte boundary (kernels load aligned panels)."""
-    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    start = (-raw.ctypes.data) % ALIGN
-    return raw[start: start + nbytes]
-
-
-def _aligned(n: int) -> int:
-    return max(ALIGN, (n + ALIGN - 1) // ALIGN * ALIGN)
-
-
-class Pool(Generic[T]):
-    """Objects made by ``factory`` on demand and lent to one caller at a time.
-
-    A caller that finds no idle object gets a new one, so the pool grows to the peak number of
-    concurrent callers and no further (runs never wait for each other). ``close`` drops the idle
-    objects and makes later checkouts fail; objects still lent are dropped when they return."""
-
-    def __init__(self, factory: Callable[[], T], on_closed: Callable[[], Exception]) -> None:
-        self._factory = factory
-        self._on_closed = on_closed
-        self._idle: list[T] = []
-        self._lock = threading.Lock()
-        self._closed = False
-        self.created = 0
-
-    def prime(self) -> None:
-        """Make one object now (so that set-up errors surface at session creation)."""
-        item = self._factory()
-        with self._lock:
-            self.created += 1
-            self._idle.append(item)
-
-    def take(self) -> T:
-        """An idle object, or a new one; hand it back with :meth:`give_back` (try/finally)."""
-        with self._lock:
-            if self._closed:
-                raise self._on_closed()
-            if self._idle:
-                return self._idle.pop()
-            self.created += 1
-        try:
-            return self._factory()  # outside the lock: binding an arena takes a while
-        except BaseException:
-            with self._lock:
-                self.created -= 1
-            raise
-
-    def give_back(self, item: T) -> None:
-        with self._lock:
-            if not self._closed:
-                self._idle.append(item)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._idle.clear()

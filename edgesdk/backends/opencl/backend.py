@@ -30,25 +30,27 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ...errors import BackendUnavailableError, ModelTooLargeError, SessionClosedError, UnsupportedModelError
 from ...graph import Node
-from ...runtime.cost import op_label
+from ...runtime.arena import Block, activation_lifetimes, plan_arena
+from ...runtime.fallback import FALLBACK_PLACEMENT, ReferenceStep, warn_fallbacks
 from ...runtime.plan import ExecutionPlan
-from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
+from ...runtime.profiling import StepInfo, op_records, timed_runners
+from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS
 from ...runtime.shapes import INT32_MAX, check_element_counts, format_bytes
 from ..base import Backend, IOBinding
 from . import lower  # noqa: F401 (register the lowerings)
 from .config import DeviceConfig, load_device_config
 from .device import Device, open_device, unavailable_reason
 from .kernels import KERNELS, VIEW_OPS, Launch, LoweringContext, NotLowerable, TensorRef, WeightRecord
-from .memory import Block, DeviceBuffer, MappedBufferError, plan_arena
+from .memory import DeviceBuffer, MappedBufferError
 from .lower.conv import scratch_bytes
 from .lower.reduce import REDUCE_OPS, reduce_scratch_bytes
-from ...profile.records import MemoryReport, OpRecord, ProfileReport
+from ...profile.records import MemoryReport, ProfileReport
 from .programs import program_cache
 
 log = logging.getLogger("edgesdk.opencl")
@@ -61,6 +63,7 @@ class _Step:
     placement: str  # opencl | reference | view
     launches: list[Launch]
     note: str = ""
+    fallback: ReferenceStep | None = None  # placement "reference": the node on its reference kernel
 
 
 class OpenCLBackend(Backend):
@@ -97,10 +100,13 @@ class OpenCLBackend(Backend):
         self._root = self._view_roots()
         self._tensors, self._io, self._scratch, self.memory_report = self._allocate()
         self._steps = self._lower()
+        self.steps = tuple(self._step_info(step) for step in self._steps)
+        self._runners = [self._runner(step) for step in self._steps if step.placement != "view"]
+        self._settles = [step.placement == FALLBACK_PLACEMENT for step in self._steps if step.placement != "view"]
         self._io_args = self._io_arguments()
         self._bound_io = self._io
         log.info("opencl backend on %s (%s, %s): %s", self.device.label, self.config.family, memory,
-                 {p: sum(s.placement == p for s in self._steps) for p in ("opencl", "reference", "view")})
+                 {p: sum(s.placement == p for s in self.steps) for p in ("opencl", FALLBACK_PLACEMENT, "view")})
 
     # -- set-up -------------------------------------------------------------------------------
     def _check_graph(self) -> None:
@@ -166,23 +172,16 @@ class OpenCLBackend(Backend):
     def _allocate(self):
         graph, info = self.plan.graph, self.device.info
         steps = self.plan.steps
-        produced = {name: -1 for name in graph.inputs}
-        last_use: dict[str, int] = {}
-        for index, step in enumerate(steps):
-            for out in step.node.outputs:
-                if out:
-                    produced[out] = index
-            for name in step.release:
-                last_use[name] = index
+        lifetimes = activation_lifetimes(self.plan)
         io_roots = {self._root[n] for n in graph.inputs + graph.outputs}
         spans: dict[str, list[int]] = {}
         for name, root in self._root.items():
             if root in io_roots:
                 continue
-            first, last = produced[name], last_use.get(name, produced[name])
+            first, last = lifetimes[name]
             span = spans.setdefault(root, [first, last])
             span[0], span[1] = min(span[0], first), max(span[1], last)
-        blocks = [Block(root, self._nbytes(root), first, last) for root, (first, last) in spans.items()]
+        blocks = [Block(self._nbytes(root), first, last, root) for root, (first, last) in spans.items()]
         scratch_sizes = {}
         alignment = max(info.mem_base_addr_align_bits // 8, 64)
         for index, step in enumerate(steps):
@@ -191,7 +190,7 @@ class OpenCLBackend(Backend):
                     reduce_scratch_bytes(step.node, graph, alignment) if op in REDUCE_OPS else 0)
             if need:
                 scratch_sizes[step.node.name] = need
-                blocks.append(Block(f"scratch:{step.node.name}", need, index, index))
+                blocks.append(Block(need, index, index, f"scratch:{step.node.name}"))
         arena_bytes = plan_arena(blocks, alignment)
         self._check_allocation("arena (activations)", arena_bytes)
         for root in io_roots:
@@ -244,30 +243,40 @@ class OpenCLBackend(Backend):
             if node.op in VIEW_OPS and not self.plan.graph.tensors[node.inputs[0]].is_constant:
                 steps.append(_Step(node, "view", []))
                 continue
-            lower = KERNELS.get(node.op)
-            if lower is None:
-                steps.append(_Step(node, "reference", [], f"no OpenCL kernel for {node.op}"))
-                continue
+            lowering = KERNELS.get(node.op)
             try:
-                steps.append(_Step(node, "opencl", lower(ctx, node)))
+                if lowering is None:
+                    raise NotLowerable(f"no OpenCL kernel for {node.op}")
+                steps.append(_Step(node, "opencl", lowering(ctx, node)))
             except NotLowerable as exc:
-                steps.append(_Step(node, "reference", [], str(exc)))
-        for s in steps:
-            if s.placement == "reference":
-                log.warning("node %r (%s) runs on the reference backend: %s", s.node.name, s.node.op, s.note)
+                steps.append(_Step(node, FALLBACK_PLACEMENT, [], str(exc),
+                                   ReferenceStep.prepare(node, self.plan.graph, self.precision, str(exc))))
+        warn_fallbacks(self.name, [(s.node.name, s.node.op, s.note) for s in steps if s.fallback is not None])
         self.memory_report = MemoryReport(**{**self.memory_report.__dict__,
                                              "weight_bytes": sum(w.nbytes for w in self.weights)})
         return steps
 
-    # -- placement info ------------------------------------------------------------------------
-    @property
-    def placements(self) -> dict[str, str]:
-        """Node name -> "opencl", "reference" or "view"."""
-        return {s.node.name: s.placement for s in self._steps}
+    def _step_info(self, step: _Step) -> StepInfo:
+        node = step.node
+        return StepInfo.of_node(
+            node, self.plan.graph, step.placement, note=step.note,
+            kernels=tuple(launch.name for launch in step.launches),
+            output_bytes=0 if step.placement == "view" else sum(self._nbytes(o) for o in node.outputs if o),
+            weight_bytes=sum(self._weight_bytes_by_tensor.get(i, 0) for i in node.inputs if i),
+            scratch_bytes=self._scratch[node.name].nbytes if node.name in self._scratch else 0)
 
-    @property
-    def fallback_reasons(self) -> dict[str, str]:
-        return {s.node.name: s.note for s in self._steps if s.placement == "reference"}
+    def _runner(self, step: _Step) -> Callable[[], list[Any]]:
+        """What one step does in a run: enqueue its kernels (returning their events) or run its
+        reference fallback between reads and writes of its buffers."""
+        if step.fallback is not None:
+            fallback = step.fallback
+
+            def run_fallback() -> list[Any]:
+                self._run_on_reference(fallback)
+                return []
+            return run_fallback
+        launches, queue = step.launches, self.device.queue
+        return lambda: [launch.enqueue(queue) for launch in launches]
 
     def _io_arguments(self) -> list[tuple[Any, int, str]]:
         """(kernel, argument index, io root) for every kernel argument that is a graph input or
@@ -299,7 +308,7 @@ class OpenCLBackend(Backend):
         reference); later runs raise SessionClosedError."""
         with self._lock:
             self._closed = True
-            self._steps, self._io_args = [], []
+            self._steps, self._runners, self._io_args = [], [], []
             self._io, self._bound_io, self._tensors, self._scratch = {}, {}, {}, {}
 
     def _check_open(self) -> None:
@@ -335,29 +344,21 @@ class OpenCLBackend(Backend):
         lock). Raises MappedBufferError if a buffer a kernel uses is mapped for the host."""
         self._check_open()
         self._bind_io(io)
-        queue = self.device.queue
-        for step in self._steps:
-            if step.placement == "opencl":
-                for launch in step.launches:
-                    launch.enqueue(queue)
-            elif step.placement == "reference":
-                self._run_on_reference(step.node)
-        queue.finish()
+        for runner in self._runners:
+            runner()
+        self.device.queue.finish()
 
-    def _run_on_reference(self, node: Node) -> None:
-        from ...ops import evaluate
-        graph = self.plan.graph
+    def _run_on_reference(self, step: ReferenceStep) -> None:
+        """Read the step's run-time inputs back from the device, run its reference kernel, write
+        its outputs (caller holds the lock; the queue is in order, so earlier kernels are done
+        when the blocking reads return)."""
+        graph, node = self.plan.graph, step.node
         inputs = []
-        for name in node.inputs:
-            if not name:
-                inputs.append(None)
-            elif graph.tensors[name].is_constant:
-                inputs.append(round_to_storage(graph.tensors[name].data, self.precision))
-            else:
-                ref, buffer = self._tensors[name], self._buffer_of(name)
-                buffer.check_device_owned(f"reference:{node.name}")
-                inputs.append(buffer.read(np.float16 if ref.half else np.float32, ref.shape).astype(np.float32))
-        for name, value in zip(node.outputs, evaluate(node, inputs)):
+        for name in step.runtime_inputs:
+            ref, buffer = self._tensors[name], self._buffer_of(name)
+            buffer.check_device_owned(f"reference:{node.name}")
+            inputs.append(buffer.read(np.float16 if ref.half else np.float32, ref.shape).astype(np.float32))
+        for name, value in zip(node.outputs, step(inputs)):
             if name:
                 ref, buffer = self._tensors[name], self._buffer_of(name)
                 buffer.check_device_owned(f"reference:{node.name}")
@@ -376,40 +377,24 @@ class OpenCLBackend(Backend):
             wall = time.perf_counter() - start
         return self._profile_report(timings, outputs, wall)
 
-    def _timed_steps(self) -> list[tuple[list[Any], float]]:
-        """Enqueue every step, keeping its events and host time (caller holds the lock)."""
+    def _timed_steps(self) -> tuple[list[float], list[float]]:
+        """Run every step with the profiling loop (caller holds the lock): each step's host
+        time, and its kernels' device time from their profiling events."""
         queue = self.device.queue
         queue.finish()
-        timings = []
-        for step in self._steps:
-            t0 = time.perf_counter()
-            events = []
-            if step.placement == "opencl":
-                events = [launch.enqueue(queue) for launch in step.launches]
-            elif step.placement == "reference":
-                queue.finish()  # the wait for earlier kernels is not the fallback's cost
-                t0 = time.perf_counter()
-                self._run_on_reference(step.node)
-            timings.append((events, time.perf_counter() - t0))
+        # the wait for earlier kernels before a fallback step is not the fallback's cost
+        settle = (lambda i: queue.finish() if self._settles[i] else None)
+        runners, seconds, events = timed_runners(self._runners, settle)
+        for runner in runners:
+            runner()
         queue.finish()
-        return timings
+        device_ms = [sum(e.profile.end - e.profile.start for e in step_events) / 1e6 for step_events in events]
+        return seconds, device_ms
 
-    def _profile_report(self, timings: list[tuple[list[Any], float]], outputs: dict[str, np.ndarray],
+    def _profile_report(self, timings: tuple[list[float], list[float]], outputs: dict[str, np.ndarray],
                         wall: float) -> ProfileReport:
-        records = []
-        for step, (events, host) in zip(self._steps, timings):
-            device_ns = sum(e.profile.end - e.profile.start for e in events)
-            node = step.node
-            records.append(OpRecord(
-                node=node.name, op=op_label(node), placement=step.placement,
-                kernels=tuple(launch.name for launch in step.launches), device_ms=device_ns / 1e6,
-                host_ms=host * 1e3,
-                output_bytes=0 if step.placement == "view" else sum(self._nbytes(o) for o in node.outputs if o),
-                weight_bytes=sum(self._weight_bytes_by_tensor.get(i, 0) for i in node.inputs if i),
-                scratch_bytes=self._scratch[node.name].nbytes if node.name in self._scratch else 0,
-                note=step.note))
         return ProfileReport(self.device.label, self.precision, "zero_copy" if self.zero_copy else "copy",
-                             wall * 1e3, tuple(records), self.memory_report, outputs)
+                             wall * 1e3, op_records(self.steps, *timings), self.memory_report, outputs)
 
     def __repr__(self) -> str:
         return (f"OpenCLBackend({self.device.label!r}, {self.precision}, "

@@ -1,4 +1,4 @@
-"""Device memory: buffers that know their map state, and the liveness-planned activation arena.
+"""Device memory: buffers that know their map state (the arena is planned by ``runtime.arena``).
 
 Zero-copy mode (the default on unified-memory devices, seed 003 §2.2) creates buffers with
 ``CL_MEM_ALLOC_HOST_PTR`` and lets the host reach them only by mapping; copy mode keeps device
@@ -13,8 +13,7 @@ its buffers only under its run lock, and an io binding's buffers belong to that 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -103,37 +102,3 @@ class DeviceBuffer:
 
     def __repr__(self) -> str:
         return f"DeviceBuffer({self.label!r}, {self.nbytes} B{', mapped' if self.mapped else ''})"
-
-
-@dataclass
-class Block:
-    """An arena request: ``nbytes`` live from step ``first`` to step ``last`` (inclusive)."""
-    name: str
-    nbytes: int
-    first: int
-    last: int
-    offset: int = -1
-
-
-def plan_arena(blocks: Iterable[Block], alignment: int) -> int:
-    """Give every block an offset so that blocks alive at the same step never overlap; returns
-    the arena size. Greedy best fit, largest first (close to optimal for CNN lifetimes)."""
-    placed: list[Block] = []
-    size = 0
-    for block in sorted(blocks, key=lambda b: (-b.nbytes, b.first, b.name)):
-        need = _align(block.nbytes, alignment)
-        busy = sorted((b.offset, b.offset + _align(b.nbytes, alignment)) for b in placed
-                      if b.first <= block.last and block.first <= b.last)
-        offset, best = 0, None
-        for start, end in busy:
-            if start - offset >= need and (best is None or start - offset < best[1]):
-                best = (offset, start - offset)
-            offset = max(offset, end)
-        block.offset = best[0] if best is not None else offset
-        placed.append(block)
-        size = max(size, block.offset + need)
-    return size
-
-
-def _align(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment

@@ -6,14 +6,15 @@ import contextlib
 import functools
 import threading
 import time
-from typing import Any, Iterator
+from functools import partial
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ...ops import evaluate, runtime_ops
-from ...profile.records import MemoryReport, OpRecord, ProfileReport
-from ...runtime.cost import op_label
-from ...runtime.plan import ExecutionPlan
+from ...profile.records import MemoryReport, ProfileReport
+from ...runtime.plan import ExecutionPlan, Step
+from ...runtime.profiling import StepInfo, op_records, timed_runners
 from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
 from ..base import Backend
 
@@ -33,44 +34,48 @@ class ReferenceBackend(Backend):
         super().__init__(plan, precision=precision, threads=threads)
         graph = plan.graph
         self._constants = {t.name: round_to_storage(t.data, precision) for t in graph.constants()}
+        self.steps = tuple(StepInfo.of_node(step.node, graph, "reference", weight_bytes=sum(
+            self._constants[i].nbytes for i in step.node.inputs if i in self._constants)) for step in plan.steps)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Evaluate the plan node by node in numpy; thread-safe (each run has its own tensors)."""
-        return self._execute(feeds)
+        env = self._environment(feeds)
+        return self._execute(env, self._runners(env))
 
     def profile(self, feeds: dict[str, np.ndarray]) -> ProfileReport:
         """Run once, timing each node on the host (there is no device: ``device_ms`` is 0)."""
-        seconds: list[float] = []
         start = time.perf_counter()
-        outputs = self._execute(feeds, seconds)
+        env = self._environment(feeds)
+        runners, seconds, _ = timed_runners(self._runners(env))
+        outputs = self._execute(env, runners)
         wall_ms = (time.perf_counter() - start) * 1e3
-        tensors = self.plan.graph.tensors
-        records = tuple(OpRecord(
-            node=step.node.name, op=op_label(step.node), placement="reference", kernels=(), device_ms=0.0,
-            host_ms=spent * 1e3, output_bytes=sum(tensors[o].nbytes for o in step.node.outputs if o),
-            weight_bytes=sum(self._constants[i].nbytes for i in step.node.inputs if i in self._constants),
-            scratch_bytes=0) for step, spent in zip(self.plan.steps, seconds))
-        return ProfileReport(f"numpy {np.__version__} on the host CPU", self.precision, "numpy", wall_ms, records,
-                             self._memory_estimate, outputs)
+        return ProfileReport(f"numpy {np.__version__} on the host CPU", self.precision, "numpy", wall_ms,
+                             op_records(self.steps, seconds), self._memory_estimate, outputs)
 
-    def _execute(self, feeds: dict[str, np.ndarray], step_seconds: list[float] | None = None
-                 ) -> dict[str, np.ndarray]:
-        """The run loop; given ``step_seconds`` it appends each step's host time (for profile)."""
+    def _environment(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One run's tensors by name: the constants, then the feeds as stored, then each output."""
         env = dict(self._constants)
         env.update((k, round_to_storage(v, self.precision)) for k, v in feeds.items())
+        return env
+
+    def _runners(self, env: dict[str, np.ndarray]) -> list[Callable[[], None]]:
+        return [partial(self._run_step, step, env) for step in self.plan.steps]
+
+    def _run_step(self, step: Step, env: dict[str, np.ndarray]) -> None:
+        node = step.node
+        outputs = evaluate(node, [env[name] if name else None for name in node.inputs])
+        keep_fp32 = node.op in FP32_ONLY_OPS
+        for name, value in zip(node.outputs, outputs):
+            if name:
+                env[name] = value if keep_fp32 else round_to_storage(value, self.precision)
+        for name in step.release:
+            del env[name]
+
+    def _execute(self, env: dict[str, np.ndarray], runners: list[Callable[[], None]]) -> dict[str, np.ndarray]:
+        """The run loop over one run's step runners (timed ones when profiling)."""
         with self._thread_limit():
-            for step in self.plan.steps:
-                start = time.perf_counter() if step_seconds is not None else 0.0
-                node = step.node
-                outputs = evaluate(node, [env[name] if name else None for name in node.inputs])
-                keep_fp32 = node.op in FP32_ONLY_OPS
-                for name, value in zip(node.outputs, outputs):
-                    if name:
-                        env[name] = value if keep_fp32 else round_to_storage(value, self.precision)
-                for name in step.release:
-                    del env[name]
-                if step_seconds is not None:
-                    step_seconds.append(time.perf_counter() - start)
+            for runner in runners:
+                runner()
         return {name: np.asarray(env[name]) for name in self.plan.graph.outputs}
 
     @functools.cached_property

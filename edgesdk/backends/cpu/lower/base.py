@@ -19,8 +19,7 @@ import numpy as np
 
 from ....graph import Node
 from ....runtime.activations import ACTIVATION_PARAMS, Activation
-from ....runtime.precision import round_to_storage
-from ....ops import evaluate
+from ....runtime.fallback import FALLBACK_PLACEMENT, ReferenceStep
 from ..program import NCHW, Builder, Runner, Views
 
 Lowering = Callable[[Node, Builder], None]
@@ -99,21 +98,20 @@ def then_activate(run: Runner, out: np.ndarray, act: ActArgs, threads: int) -> R
 
 # -- fallback -----------------------------------------------------------------------------------
 def fallback(node: Node, b: Builder, reason: str) -> None:
-    """Run the reference kernel for this node (fused activation included) on graph-order views
-    and copy its result into the arena; recorded with its reason."""
-    slots = [b.read_stored(name) if b.is_activation(name) else None for name in node.inputs]
-    constants = [None if slot is not None or not name else b.graph.const(name)
-                 for slot, name in zip(slots, node.inputs)]
-    constants = [None if c is None else round_to_storage(c, b.precision) for c in constants]
+    """Run the node on its reference kernel (``runtime.fallback``: the mechanism every backend
+    shares), fused activation included, on graph-order views of the arena, copying its result
+    into the arena; recorded with its reason."""
+    step = ReferenceStep.prepare(node, b.graph, b.precision, reason)
+    slots = [b.read_stored(name) for name in step.runtime_inputs]
     outs = [b.write(name, NCHW) if name else None for name in node.outputs]
 
     def bind(v: Views) -> Runner:
-        ins = [v.logical(s) if s is not None else c for s, c in zip(slots, constants)]
+        ins = [v.logical(s) for s in slots]
         dsts = [v[o] if o is not None else None for o in outs]
 
         def run() -> None:
-            for dst, value in zip(dsts, evaluate(node, ins)):
+            for dst, value in zip(dsts, step(ins)):
                 if dst is not None:
                     np.copyto(dst, value)
         return run
-    b.emit(node, "reference", bind, reason)
+    b.emit(node, FALLBACK_PLACEMENT, bind, reason)
