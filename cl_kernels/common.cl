@@ -319,3 +319,32 @@ inline float hsum(floatV v) {
     return c.x + c.y;
 #endif
 }
+
+// max / min where a NaN operand wins (numpy's max and min; fmax / fmin would drop the NaN).
+inline float nan_max(float a, float b) { return (a > b || isnan(a)) ? a : b; }
+inline float nan_min(float a, float b) { return (a < b || isnan(a)) ? a : b; }
+
+// Work-group reductions (normalization.cl, reduce.cl). WG_REDUCE(name, combine) defines
+//   float name(__local float* scratch, float v)
+// which folds v over the LOCAL work-items of the work-group (LOCAL: -D, a power of two) with
+// combine(a, b), a tree in scratch (LOCAL floats), and hands every work-item the result. Every
+// work-item must call it (barriers inside); the trailing barrier lets the caller reuse the scratch
+// right away. wg_sum and wg_max (NaN wins) exist wherever LOCAL is defined.
+#define WG_REDUCE(name, combine)                                                \
+    inline float name(__local float* scratch, float v) {                        \
+        const int lid = get_local_id(0);                                        \
+        scratch[lid] = v;                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                           \
+        for (int s = LOCAL / 2; s > 0; s >>= 1) {                               \
+            if (lid < s) scratch[lid] = combine(scratch[lid], scratch[lid + s]); \
+            barrier(CLK_LOCAL_MEM_FENCE);                                       \
+        }                                                                       \
+        const float r = scratch[0];                                             \
+        barrier(CLK_LOCAL_MEM_FENCE);                                           \
+        return r;                                                               \
+    }
+#define WG_ADD(a, b) ((a) + (b))
+#ifdef LOCAL
+WG_REDUCE(wg_sum, WG_ADD)
+WG_REDUCE(wg_max, nan_max)
+#endif

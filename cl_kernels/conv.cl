@@ -1,5 +1,6 @@
-// Convolutions and fully-connected layers, NCHW, bias + activation fused into the epilogue.
-// No im2col buffer: every kernel reads the input tensor in place (implicit GEMM).
+// Convolutions, NCHW, bias + activation fused into the epilogue. No im2col buffer: every kernel
+// reads the input tensor in place (implicit GEMM). The conv family's other files: conv_winograd.cl,
+// conv_sparse.cl (CSR weights), conv_nnm.cl (NNM's gather), conv_transpose.cl.
 //
 // Shape constants (-D): N C H W  OC OH OW  KH KW SH SW DH DW PT PL  G CG OCG
 // Tiling: ROWS output channels x VEC (x NVEC) output pixels per work-item.
@@ -238,110 +239,6 @@ __kernel void conv_direct(__global const X_T* restrict x, WEIGHT_ARGS,
         out = ACTIVATE(out);
         store_lanes(y, ((n * OC + oc) * OH + oy) * OW + ox0, out, OW - ox0);
     }
-}
-#endif
-
-#ifdef GEMM_NT
-// Fully connected: Y (M x NOUT) = ALPHA * X (M x K) * W^T (W is NOUT x K) + BETA * bias.
-// Work-item: ROWS outputs x BROWS batch rows, dot products VEC-wide along K. BROWS = 1 is the
-// batch-1 GEMV path: every weight is read once, which is all a bandwidth-bound GEMV can do.
-// The bias is indexed bias[m * BSM + o * BSO] (strides 0 broadcast it).
-#define KV (K / VEC * VEC)
-__kernel void gemm_nt(__global const X_T* restrict x, __global const W_T* restrict w,
-                      __global const B_T* restrict bias, __global Y_T* restrict y) {
-    const int o0 = get_global_id(0) * ROWS;
-    const int m0 = get_global_id(1) * BROWS;
-    if (o0 >= NOUT || m0 >= M) return;
-    int xrow[BROWS], wrow[ROWS];
-    floatV acc[BROWS][ROWS];
-    #pragma unroll
-    for (int b = 0; b < BROWS; ++b) {
-        xrow[b] = min(m0 + b, M - 1) * K;
-        #pragma unroll
-        for (int r = 0; r < ROWS; ++r) acc[b][r] = (floatV)(0.0f);
-    }
-    #pragma unroll
-    for (int r = 0; r < ROWS; ++r) wrow[r] = min(o0 + r, NOUT - 1) * K;
-    for (int k = 0; k < KV; k += VEC) {
-        floatV wv[ROWS];
-        #pragma unroll
-        for (int r = 0; r < ROWS; ++r) wv[r] = VLOAD_W(w, wrow[r] + k);
-        #pragma unroll
-        for (int b = 0; b < BROWS; ++b) {
-            const floatV xv = VLOAD_X(x, xrow[b] + k);
-            #pragma unroll
-            for (int r = 0; r < ROWS; ++r) acc[b][r] += HMULV(xv, wv[r]);
-        }
-    }
-#if K % VEC
-    // The last K % VEC columns as one zero-padded vector: the epilogue then only reduces.
-    floatV wt[ROWS];
-    #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        float lanes[VEC];
-        #pragma unroll
-        for (int l = 0; l < VEC; ++l) lanes[l] = l < K - KV ? LOAD_W(w, wrow[r] + KV + l) : 0.0f;
-        wt[r] = vloadV(0, lanes);
-    }
-    #pragma unroll
-    for (int b = 0; b < BROWS; ++b) {
-        float lanes[VEC];
-        #pragma unroll
-        for (int l = 0; l < VEC; ++l) lanes[l] = l < K - KV ? LOAD_X(x, xrow[b] + KV + l) : 0.0f;
-        const floatV xt = vloadV(0, lanes);
-        #pragma unroll
-        for (int r = 0; r < ROWS; ++r) acc[b][r] += HMULV(xt, wt[r]);
-    }
-#endif
-    #pragma unroll
-    for (int b = 0; b < BROWS; ++b) {
-        const int m = m0 + b;
-        if (m >= M) continue;  // (not break: an early exit would stop the loop unrolling)
-        #pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            const int o = o0 + r;
-            if (o >= NOUT) continue;  // (not break: an early exit would stop the loop unrolling)
-            const float sum = hsum(acc[b][r]);
-#if HAS_BIAS
-            float v = ALPHA * sum + BETA * LOAD_B(bias, m * BSM + o * BSO);
-#else
-            float v = ALPHA * sum;
-#endif
-            v = ACTIVATE(v);
-            STORE_Y(y, m * NOUT + o, v);
-        }
-    }
-}
-#endif
-
-#ifdef MATMUL
-// Batched matrix product with numpy broadcasting: Y[b] (M x NN) = A[b] (M x K) * B[b] (K x NN).
-// The batch index is decomposed over up to three batch dims OB0..OB2 with per-operand strides
-// (0 where an operand is broadcast). Work-item: VEC consecutive columns of one row.
-#define NT ((NN + VEC - 1) / VEC)
-__kernel void matmul(__global const A_T* restrict a, __global const B_T* restrict bm,
-                     __global Y_T* restrict y) {
-    const int n0 = (get_global_id(0) % NT) * VEC;
-    const int m = get_global_id(0) / NT;
-    const int batch = get_global_id(1);
-    if (m >= M) return;
-    const int b2 = batch % OB2, b1 = (batch / OB2) % OB1, b0 = batch / (OB2 * OB1);
-    const int abase = b0 * SA0 + b1 * SA1 + b2 * SA2 + m * K;
-    const int bbase = b0 * SB0 + b1 * SB1 + b2 * SB2 + n0;
-    floatV acc = (floatV)(0.0f);
-    if (n0 + VEC <= NN) {
-        for (int k = 0; k < K; ++k)
-            acc += HMULV((floatV)(LOAD_A(a, abase + k)), VLOAD_B(bm, bbase + k * NN));
-    } else {
-        for (int k = 0; k < K; ++k) {
-            float lanes[VEC];
-            #pragma unroll
-            for (int l = 0; l < VEC; ++l) lanes[l] = n0 + l < NN ? LOAD_B(bm, bbase + k * NN + l) : 0.0f;
-            acc += HMULV((floatV)(LOAD_A(a, abase + k)), vloadV(0, lanes));
-        }
-    }
-    acc = ACTIVATE(acc);
-    store_lanes(y, (batch * M + m) * NN + n0, acc, NN - n0);
 }
 #endif
 

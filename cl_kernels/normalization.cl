@@ -1,5 +1,6 @@
-// Softmax, LRN and ReduceMean. These stay float32 in fp16 mode (FP32_ONLY_OPS): their outputs
-// are float even when their input is half.
+// The normalization family: Softmax and LogSoftmax, LRN, LayerNormalization and
+// Instance/GroupNormalization. softmax and lrn stay float32 in fp16 mode (FP32_ONLY_OPS): their
+// outputs are float even when their input is half.
 
 #ifdef SOFTMAX
 // Two-pass softmax (Dukhan & Ablavatski; seed 001, Algorithm 3) over rows of D elements spaced
@@ -70,61 +71,11 @@ __kernel void lrn(__global const X_T* restrict x, __global float* restrict y) {
 }
 #endif
 
-#ifdef REDUCE_MEAN
-// Mean over the reduced axes. The input is viewed as (kept dims K0..K3, reduced dims R0..R3)
-// with input strides KS0..KS3 / RS0..RS3; one output element per work-item.
-__kernel void reduce_mean(__global const X_T* restrict x, __global Y_T* restrict y) {
-    const int i = get_global_id(0);
-    if (i >= OUT_TOTAL) return;
-    int rest = i;
-    const int k3 = rest % K3; rest /= K3;
-    const int k2 = rest % K2; rest /= K2;
-    const int k1 = rest % K1; rest /= K1;
-    const int base = rest * KS0 + k1 * KS1 + k2 * KS2 + k3 * KS3;
-    float sum = 0.0f;
-    for (int r0 = 0; r0 < R0; ++r0)
-        for (int r1 = 0; r1 < R1; ++r1)
-            for (int r2 = 0; r2 < R2; ++r2)
-                for (int r3 = 0; r3 < R3; ++r3)
-                    sum += LOAD_X(x, base + r0 * RS0 + r1 * RS1 + r2 * RS2 + r3 * RS3);
-    STORE_Y(y, i, sum / (float)(R0 * R1 * R2 * R3));
-}
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // LayerNormalization, Instance/GroupNormalization and Softmax/LogSoftmax along any axis. Unlike
 // the kernels above these store y through the Y role (float or half, -DY_HALF=1); x is the X
-// role, scales the W role and biases the B role (float or half each). Arithmetic in float.
-
-#if defined(LAYER_NORM) || defined(INSTANCE_NORM) || defined(SOFTMAX_AXIS_WG)
-// Work-group reductions over LOCAL (a power of two) work-items; every work-item gets the result.
-// The trailing barrier lets the caller reuse the scratch right away.
-inline float nan_max(float a, float b) { return (a > b || isnan(a)) ? a : b; }  // NaN wins
-inline float wg_sum(__local float* scratch, float v) {
-    const int lid = get_local_id(0);
-    scratch[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = LOCAL / 2; s > 0; s >>= 1) {
-        if (lid < s) scratch[lid] += scratch[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-inline float wg_max(__local float* scratch, float v) {
-    const int lid = get_local_id(0);
-    scratch[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = LOCAL / 2; s > 0; s >>= 1) {
-        if (lid < s) scratch[lid] = nan_max(scratch[lid], scratch[lid + s]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-#endif
+// role, scales the W role and biases the B role (float or half each). Arithmetic in float; the
+// work-group kernels reduce with common.cl's wg_sum / wg_max.
 
 #if defined(LAYER_NORM) || defined(INSTANCE_NORM)
 // Mean and 1 / sqrt(population variance + EPS) of the COLS values x[base + k], two passes over
@@ -231,13 +182,12 @@ void instance_norm(__global const X_T* restrict x, __global const W_T* restrict 
 // -D: SOFTMAX_AXIS, OUTER, AXIS, INNER, LOG_SOFTMAX (0/1), X_HALF, Y_HALF.
 // Buffers: x X_T[OUTER*AXIS*INNER], y Y_T[OUTER*AXIS*INNER].
 // NDRange: 1-D, global >= OUTER * INNER (guarded), any local size.
-inline float nan_max1(float a, float b) { return (a > b || isnan(a)) ? a : b; }
 __kernel void softmax_axis(__global const X_T* restrict x, __global Y_T* restrict y) {
     const int i = get_global_id(0);
     if (i >= OUTER * INNER) return;
     const int base = (i / INNER) * (AXIS * INNER) + i % INNER;
     float m = -INFINITY;
-    for (int k = 0; k < AXIS; ++k) m = nan_max1(m, LOAD_X(x, base + k * INNER));
+    for (int k = 0; k < AXIS; ++k) m = nan_max(m, LOAD_X(x, base + k * INNER));
     float s = 0.0f;
     for (int k = 0; k < AXIS; ++k) s += exp(LOAD_X(x, base + k * INNER) - m);
     for (int k = 0; k < AXIS; ++k) STORE_Y(y, base + k * INNER, SOFTMAX_OUT(LOAD_X(x, base + k * INNER), m, s));

@@ -21,8 +21,7 @@
 #define REDUCE_LOG_SUM_EXP 8
 #define REDUCE_PROD 9
 
-inline float nan_max(float a, float b) { return (a > b || isnan(a)) ? a : b; }  // NaN wins
-inline float nan_min(float a, float b) { return (a < b || isnan(a)) ? a : b; }
+// nan_max / nan_min (NaN wins) and the work-group reductions are common.cl's.
 
 #if defined(REDUCE_AXIS) || defined(REDUCE_AXIS_WG)
 // INIT: the accumulator's start; STEP(acc, v): fold one value; COMBINE(a, b): merge two partial
@@ -91,30 +90,7 @@ __kernel void reduce_axis(__global const X_T* restrict x, __global Y_T* restrict
 // -D: REDUCE_AXIS_WG, REDUCE_OP, OUTER, AXIS, INNER, LOCAL (power of two), X_HALF, Y_HALF.
 // Buffers: x X_T[OUTER*AXIS*INNER], y Y_T[OUTER*INNER].
 // NDRange: global (OUTER * INNER * LOCAL), local (LOCAL).
-inline float wg_combine(__local float* scratch, float v) {
-    const int lid = get_local_id(0);
-    scratch[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = LOCAL / 2; s > 0; s >>= 1) {
-        if (lid < s) scratch[lid] = COMBINE(scratch[lid], scratch[lid + s]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-inline float wg_max(__local float* scratch, float v) {
-    const int lid = get_local_id(0);
-    scratch[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = LOCAL / 2; s > 0; s >>= 1) {
-        if (lid < s) scratch[lid] = nan_max(scratch[lid], scratch[lid + s]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
+WG_REDUCE(wg_combine, COMBINE)  // (wg_max: common.cl)
 __kernel __attribute__((reqd_work_group_size(LOCAL, 1, 1)))
 void reduce_axis_wg(__global const X_T* restrict x, __global Y_T* restrict y) {
     __local float scratch[LOCAL];

@@ -83,3 +83,11 @@ def active_isa() -> str:
 def supported_isas() -> list[str]:
     """Every kernel level this CPU can run, lowest first (each can be forced with EDGESDK_CPU_ISA)."""
     return [str(isa) for isa in _native().kernels.supported_isas()]
+
+
+def kernel_names(isa: str | None = None) -> dict[str, str]:
+    """The microkernel in each slot of a kernel level's table (default: :func:`active_isa`), named
+    as XNNPACK names its kernels, ``<datatype>_<op>_<tile>__<isa>``: e.g. ``{"igemm_f32w":
+    "f32_igemm_6x16__avx2", "maxpool": "f32_maxpool_8c__avx2", ...}`` (see
+    ``cpu_native/src/kernels/ukernels.h``). Any level compiled in for this arch can be asked."""
+    return {str(slot): str(name) for slot, name in _native().kernels.kernel_names(isa).items()}

@@ -3,8 +3,8 @@
 Covered: the fused-activation ids 8-20 (common.cl), resize_nearest / resize_linear (resize.cl),
 layer_norm / instance_norm / softmax_axis / softmax_axis_wg (normalization.cl), reduce_axis /
 reduce_axis_wg / argreduce_axis (reduce.cl), conv_transpose2d (conv_transpose.cl), strided_copy /
-gather_axis (layout.cl), the POW and PRELU codes of eltwise.cl's binary kernels, and
-matmul_blocked / matmul_tiled (matmul.cl).
+gather_axis (tensor.cl), the POW and PRELU codes of elementwise.cl's binary kernels, and
+matmul_blocked / matmul_tiled (linear.cl).
 
 Each kernel is built the way the backend builds it (``ProgramCache``: common.cl in front, ``-D``
 constants, the device profile's VEC and half-vector mode) and run on the default OpenCL device
@@ -176,7 +176,7 @@ def case_activation(k: Kernels, act: int, half: bool) -> None:
     x[-SPECIALS.size // 2:] = SPECIALS[:SPECIALS.size // 2]  # and in the scalar tail (119 % VEC)
     xs = x.astype(storage(half))
     defines = {"UNARY": 1, "TOTAL": x.size, "ACT": act, "X_HALF": int(half), "Y_HALF": int(half)}
-    (y,) = k.run("eltwise.cl", "unary", defines, [xs, Out(x.size, storage(half))], (cdiv(x.size, k.vec),))
+    (y,) = k.run("elementwise.cl", "unary", defines, [xs, Out(x.size, storage(half))], (cdiv(x.size, k.vec),))
     with np.errstate(all="ignore"):
         want = ACTIVATIONS[act][1](xs.astype(np.float64))
     # float: 1e-5 relative, absolute 1e-6 (erf-based GELU of a large negative x is a difference
@@ -517,7 +517,7 @@ def case_strided_copy(k: Kernels, name: str, half: bool = False) -> None:
     total = int(np.prod(dims))
     defines = {"STRIDED_COPY": 1, "TOTAL": total, "BASE": offset, **{f"D{i}": d for i, d in enumerate(dims)},
                **{f"S{i}": s for i, s in enumerate(strides)}, "X_HALF": int(half), "Y_HALF": int(half)}
-    (y,) = k.run("layout.cl", "strided_copy", defines, [xs, Out(total, storage(half))], (total,))
+    (y,) = k.run("tensor.cl", "strided_copy", defines, [xs, Out(total, storage(half))], (total,))
     want = np.asarray(view, np.float64)
     if half:
         want = np.asarray(view.astype(np.float16), np.float64)
@@ -536,7 +536,7 @@ def case_gather(k: Kernels, outer: int, axis_in: int, inner: int, idx: list[int]
     defines = {"GATHER_AXIS": 1, "OUTER": outer, "AXIS_IN": axis_in, "INNER": inner, "NIDX": len(idx),
                "IDX_LONG": int(long), "X_HALF": int(half), "Y_HALF": int(half)}
     total = outer * len(idx) * inner
-    (y,) = k.run("layout.cl", "gather_axis", defines, [xs, index, Out(total, storage(half))], (total,))
+    (y,) = k.run("tensor.cl", "gather_axis", defines, [xs, index, Out(total, storage(half))], (total,))
     want = np.zeros((outer, len(idx), inner))
     for j, a in enumerate(idx):
         if 0 <= a < axis_in:  # out of range: 0 (the host validates indices)
@@ -562,7 +562,8 @@ def case_binary(k: Kernels, op: int, half: bool) -> None:
     a_s, b_s = a.astype(storage(half)), b.astype(storage(half))
     defines = {"BINARY_SAME": 1, "OP": op, "TOTAL": a.size, "A_HALF": int(half), "B_HALF": int(half),
                "Y_HALF": int(half)}
-    (y,) = k.run("eltwise.cl", "binary_same", defines, [a_s, b_s, Out(a.size, storage(half))], (cdiv(a.size, k.vec),))
+    (y,) = k.run("elementwise.cl", "binary_same", defines, [a_s, b_s, Out(a.size, storage(half))],
+                 (cdiv(a.size, k.vec),))
     with np.errstate(all="ignore"):
         want = BINARY_REFERENCE[op](a_s.astype(np.float64), b_s.astype(np.float64))
     assert_matches(y, want, tol(half), 1e-6, what=f"binary_same op {op}")
@@ -584,7 +585,7 @@ def case_binary_broadcast(k: Kernels, op: int, a_shape, b_shape, act: int = 0) -
                **{f"D{i}": d for i, d in enumerate(pad(out))},
                **{f"SA{i}": s for i, s in enumerate(strides(a_shape))},
                **{f"SB{i}": s for i, s in enumerate(strides(b_shape))}}
-    (y,) = k.run("eltwise.cl", "binary_broadcast", defines, [a, b, Out(total)], (total,))
+    (y,) = k.run("elementwise.cl", "binary_broadcast", defines, [a, b, Out(total)], (total,))
     with np.errstate(all="ignore"):
         want = BINARY_REFERENCE[op](a.astype(np.float64), b.astype(np.float64))
         if act:
@@ -593,8 +594,8 @@ def case_binary_broadcast(k: Kernels, op: int, a_shape, b_shape, act: int = 0) -
 
 
 def matmul_batch_defines(out_batch, a_batch, b_batch, m, kk, nn, transpose_b):
-    """conv.cl matmul's batch constants for operands with batch shapes a_batch / b_batch (each
-    broadcast to out_batch, all padded to 3 dims)."""
+    """The batch constants of linear.cl's batched MatMul for operands with batch shapes a_batch /
+    b_batch (each broadcast to out_batch, all padded to 3 dims)."""
     pad = lambda s: (1,) * (3 - len(s)) + tuple(s)  # noqa: E731
     ob, ab, bb = pad(out_batch), pad(a_batch), pad(b_batch)
 
@@ -629,7 +630,7 @@ def case_matmul(k: Kernels, kernel: str, a_shape, b_shape, transpose_b: bool, pa
         gsize, lsize = (cdiv(nn, params["RN"]), cdiv(m, params["RM"]), batches), None
     else:
         gsize, lsize = (cdiv(nn, params["NV"] * k.vec), cdiv(m, params["RM"]), batches), None
-    (y,) = k.run("matmul.cl", kernel, d, [a_s, b_s, bias_s, Out(batches * m * nn, storage(half))], gsize, lsize)
+    (y,) = k.run("linear.cl", kernel, d, [a_s, b_s, bias_s, Out(batches * m * nn, storage(half))], gsize, lsize)
     b64 = b_s.astype(np.float64)
     with np.errstate(all="ignore"):
         want = alpha * (a_s.astype(np.float64) @ (np.swapaxes(b64, -1, -2) if transpose_b else b64))

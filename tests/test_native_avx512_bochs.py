@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from test_native_kernels import FAMILIES
+from test_native_kernels import FAMILIES, assert_kernel_names, reported_kernel_names
 
 ROOT = Path(__file__).resolve().parents[1]
 X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
@@ -47,5 +47,6 @@ def test_avx512_kernels_under_bochs():
     assert not missing, f"families not reported checked at avx512: {missing}\n{log}"
     assert verdicts.get(("thread_pool", "any")) == "PASS", log
     assert re.search(r"^supported isas: scalar avx2 avx512$", result.serial, re.M), log
+    assert_kernel_names(reported_kernel_names(result.serial, "avx512"), "avx512")
     assert result.exit_status == 0, f"kernel_tests exit status {result.exit_status}\n{log}"
     assert not result.problems(set(FAMILIES)), result.problems(set(FAMILIES))

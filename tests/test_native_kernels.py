@@ -36,7 +36,7 @@ PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "gemm_
 X86_SIMD = {
     "gemm_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "vector_kernels_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
-    "gemm_avx512.cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
+    "gemm_avx512.cc": ["-mavx512f", "-mfma", "-mf16c"],  # AVX-512 F alone: f32_igemm_8x32__avx512f
     "vector_kernels_avx512.cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
 }
 ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [],
@@ -44,6 +44,41 @@ ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [],
             "gemm_neonfp16.cc": ["-march=armv8.2-a+fp16"], "depthwise_neonfp16.cc": ["-march=armv8.2-a+fp16"]}
 
 X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
+
+# Microkernel names (cpu_native/src/kernels/ukernels.h): XNNPACK's <datatype>_<op>_<tile>__<isa>.
+# The ISA suffixes each level's kernels may carry, its GEMM tile (MR x NR), and the slots its table
+# fills (dispatch.h; neonfp16 adds the fp16-arithmetic ones).
+KERNEL_SUFFIXES = {"scalar": {"scalar"}, "avx2": {"avx2"}, "avx512": {"avx512f", "avx512skx"}, "neon": {"neon"},
+                   "neonfp16": {"neon", "neonfp16"}}
+VECTOR_LANES = {"avx2": 8, "avx512": 16, "neon": 4, "neonfp16": 4}
+GEMM_TILES = {"scalar": "4x4", "avx2": "6x16", "avx512": "8x32", "neon": "8x8", "neonfp16": "8x8"}
+FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
+              "softmax", "clustered_gemv", "clustered_decode", "nnm_gather", "row_norm", "log_softmax", "softmax_axis",
+              "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear"}
+F16_SLOTS = {"igemm_f16", "depthwise_f16", "convert_f32_f16"}
+KERNEL_NAME = re.compile(r"^(?:f32|f16)_[a-z0-9_]+?(?:_(\d+x\d*|\d+c))?__([a-z0-9]+)$")
+
+
+def assert_kernel_names(names: dict[str, str], isa: str) -> None:
+    """``names`` ({slot: kernel}) is what the ``isa`` level's table should hold."""
+    assert set(names) == FP32_SLOTS | (F16_SLOTS if isa == "neonfp16" else set()), (isa, names)
+    assert len(set(names.values())) == len(names), f"a kernel name twice in {isa}: {names}"
+    for slot, name in names.items():
+        m = KERNEL_NAME.match(name)
+        assert m and m[2] in KERNEL_SUFFIXES[isa], f"{isa} {slot}: {name!r} is not <datatype>_<op>_<tile>__<isa>"
+        if m[1] is not None and "igemm" not in slot:  # N elements or channels: whole vectors
+            assert isa != "scalar" and int(m[1].rstrip("xc")) % VECTOR_LANES[isa] == 0, f"{isa} {slot}: {name!r}"
+    assert names["igemm_f32w"].startswith(f"f32_igemm_{GEMM_TILES[isa]}__"), names["igemm_f32w"]
+    assert names["igemm_f16w"].startswith(f"f32_f16w_igemm_{GEMM_TILES[isa]}__"), names["igemm_f16w"]
+    if isa == "neonfp16":
+        assert names["igemm_f16"] == "f16_f32acc_igemm_4x16__neonfp16", names
+
+
+def reported_kernel_names(output: str, isa: str) -> dict[str, str]:
+    """{slot: kernel} from the driver's "KERNELS <isa> slot=name ..." line."""
+    m = re.search(rf"^KERNELS {isa} (.*)$", output, re.M)
+    assert m, f"no KERNELS line for {isa}\n{output}"
+    return dict(item.split("=", 1) for item in m[1].split())
 
 
 def _sources_digest(cxx: str, simd: dict[str, list[str]]) -> str:
@@ -117,6 +152,7 @@ def assert_all_families_pass(output: str, isa: str, families: set[str] = FAMILIE
     missing = {fam for fam in families if got.get((fam, isa)) != "PASS"}
     assert not missing, f"families not reported checked for {isa}: {sorted(missing)}\n{output}"
     assert got.get(("thread_pool", "any")) == "PASS", output
+    assert_kernel_names(reported_kernel_names(output, isa), isa)
 
 
 def expected_x86_isas() -> list[str]:
@@ -236,6 +272,26 @@ def test_bindings_gemm_and_fp16_weights(kernels):
     assert half.fp16 and (half.n, half.k) == (19, 70)
     kernels.gemm(a, half, out)
     np.testing.assert_allclose(out, a @ w.astype(np.float16).astype(np.float32).T + b, rtol=1e-4, atol=1e-4)
+
+
+def test_bindings_kernel_names(kernels):
+    """kernel_names(isa): the microkernel in every slot of a level's table, for each level compiled in
+    here (run or not by this CPU); the GEMM tile in the name is the one the packed weights use."""
+    compiled = ["scalar", "avx2", "avx512"] if platform.machine() in ("x86_64", "AMD64") else \
+        ["scalar", "neon", "neonfp16"]
+    assert kernels.kernel_names() == kernels.kernel_names(kernels.active_isa())
+    for isa in compiled:
+        names = kernels.kernel_names(isa)
+        assert_kernel_names(names, isa)
+        if isa in kernels.supported_isas():
+            packed = kernels.pack_gemm(np.ones((3, 4), np.float32), isa=isa)
+            assert f"x{packed.nr}__" in names["igemm_f32w"] and packed.isa == isa, (names, packed.nr)
+    assert kernels.kernel_names("scalar")["igemm_f32w"] == "f32_igemm_4x4__scalar"
+    with pytest.raises(ValueError, match="unknown ISA"):
+        kernels.kernel_names("sse2")
+    other = "neon" if compiled[1] == "avx2" else "avx2"
+    with pytest.raises(RuntimeError, match="not compiled in"):
+        kernels.kernel_names(other)
 
 
 def test_bindings_reject_copies(kernels):

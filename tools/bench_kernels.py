@@ -4,7 +4,8 @@
     python tools/bench_kernels.py                 # GEMM vs numpy sgemm, clustered FC vs dense FC
     python tools/bench_kernels.py --threads 2 --json
 
-* GEMM: the packed-weight GEMM's GFLOPS on square and conv-like shapes next to numpy's sgemm
+* GEMM: the packed-weight GEMM's GFLOPS (the active level's igemm microkernel, e.g.
+  f32_igemm_6x16__avx2, named in the report) on square and conv-like shapes next to numpy's sgemm
   (OpenBLAS) with the same thread count. numpy runs in a subprocess with OPENBLAS_CORETYPE and
   OPENBLAS_L2_SIZE removed from its environment (so OpenBLAS picks its own kernel for this CPU)
   and its thread count set through OPENBLAS_NUM_THREADS / OMP_NUM_THREADS.
@@ -100,7 +101,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from edgesdk import _native
-    report = {"isa": _native.kernels.active_isa(), "gemm": [], "clustered_fc": []}
+    names = _native.kernels.kernel_names()
+    report = {"isa": _native.kernels.active_isa(), "gemm_kernel": names["igemm_f32w"],
+              "clustered_kernel": names["clustered_gemv"], "gemm": [], "clustered_fc": []}
+    if not args.json:
+        print(f"{report['isa']} kernels: GEMM {report['gemm_kernel']}, clustered FC {report['clustered_kernel']}",
+              flush=True)
     for threads in args.threads:
         for m, n, k in GEMM_SHAPES:
             ours = native_gemm_gflops(m, n, k, threads, args.min_time)

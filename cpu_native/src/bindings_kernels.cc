@@ -58,6 +58,15 @@ void register_kernels(py::module_& m) {
   km.def("set_isa", [](const std::string& name) { k::set_active_isa(k::parse_isa(name)); },
          "Forces a level (scalar, avx2, avx512, neon, neonfp16) process-wide; raises if this CPU cannot run it.");
   km.def("reset_isa", &k::reset_active_isa, "Back to the best level (or EDGESDK_CPU_ISA).");
+  km.def("kernel_names", [](std::optional<std::string> isa) {
+    py::dict out;
+    for (const auto& [slot, name] : k::kernel_names(isa ? k::parse_isa(*isa) : k::active_kernels().isa))
+      out[slot] = name;
+    return out;
+  }, py::arg("isa") = py::none(),
+     "{slot: kernel name} of a level's table (default: the active level), e.g. 'igemm_f32w': "
+     "'f32_igemm_6x16__avx2' (XNNPACK's <datatype>_<op>_<tile>__<isa>, cpu_native/src/kernels/ukernels.h); "
+     "any level compiled in for this arch, whether or not this CPU runs it. Empty slots are left out.");
   km.def("hardware_threads", &k::hardware_threads);
 
   py::class_<k::PackedGemmWeights, std::shared_ptr<k::PackedGemmWeights>>(km, "PackedGemmWeights")

@@ -72,20 +72,32 @@ bool is_nhwc(const std::string& layout) {
   return layout == "nhwc";
 }
 
+// LayerNormalization and InstanceNormalization are one kernel (RowNormUkernel) and one wrapper: x
+// and y of one shape, scale and the optional bias of `channels` values (x's axis 1), then
+// run(x, y, shape, scale, bias, table) without the GIL.
+template <class Run>
+void row_norm(const py::array& x, const py::array& scale, const std::optional<py::array>& bias, py::array& y,
+              const std::optional<std::string>& isa, Run run) {
+  const auto s = shape_of(x);
+  expect_shape(y, s, "y");
+  expect_shape(scale, {s[1]}, "scale");
+  const float* xp = in_f32(x, "x");
+  const float* sp = in_f32(scale, "scale");
+  const float* bp = optional_vector(bias, s[1], "bias");
+  float* yp = out_f32(y, "y");
+  const k::KernelTable* t = table_for(isa);
+  py::gil_scoped_release release;
+  run(xp, yp, s, sp, bp, t);
+}
+
 void register_norms(py::module_& km) {
   km.def("layer_norm", [](const py::array& x, const py::array& scale, std::optional<py::array> bias, py::array& y,
                           float eps, size_t threads, std::optional<std::string> isa) {
     if (x.ndim() != 2 || x.shape(1) == 0) throw py::value_error("x must be (rows, cols) with cols > 0");
-    const auto s = shape_of(x);
-    expect_shape(y, s, "y");
-    expect_shape(scale, {s[1]}, "scale");
-    const float* xp = in_f32(x, "x");
-    const float* sp = in_f32(scale, "scale");
-    const float* bp = optional_vector(bias, s[1], "bias");
-    float* yp = out_f32(y, "y");
-    const k::KernelTable* t = table_for(isa);
-    py::gil_scoped_release release;
-    k::layer_norm(xp, yp, s[0], s[1], sp, bp, eps, threads, t);
+    row_norm(x, scale, bias, y, isa, [&](const float* xp, float* yp, const std::vector<size_t>& s, const float* sp,
+                                         const float* bp, const k::KernelTable* t) {
+      k::layer_norm(xp, yp, s[0], s[1], sp, bp, eps, threads, t);
+    });
   }, py::arg("x"), py::arg("scale"), py::arg("bias"), py::arg("y"), py::arg("eps") = 1e-5f, py::arg("threads") = 1,
      py::arg("isa") = py::none(),
      "y = (x - mean) / sqrt(var + eps) * scale + bias over each row of x (rows, cols); y may be x.");
@@ -93,16 +105,10 @@ void register_norms(py::module_& km) {
   km.def("instance_norm", [](const py::array& x, const py::array& scale, std::optional<py::array> bias, py::array& y,
                              float eps, size_t threads, std::optional<std::string> isa) {
     if (x.ndim() != 3 || x.shape(1) == 0 || x.shape(2) == 0) throw py::value_error("x must be (N, C, S) with C, S > 0");
-    const auto s = shape_of(x);
-    expect_shape(y, s, "y");
-    expect_shape(scale, {s[1]}, "scale");
-    const float* xp = in_f32(x, "x");
-    const float* sp = in_f32(scale, "scale");
-    const float* bp = optional_vector(bias, s[1], "bias");
-    float* yp = out_f32(y, "y");
-    const k::KernelTable* t = table_for(isa);
-    py::gil_scoped_release release;
-    k::instance_norm(xp, yp, s[0], s[1], s[2], sp, bp, eps, threads, t);
+    row_norm(x, scale, bias, y, isa, [&](const float* xp, float* yp, const std::vector<size_t>& s, const float* sp,
+                                         const float* bp, const k::KernelTable* t) {
+      k::instance_norm(xp, yp, s[0], s[1], s[2], sp, bp, eps, threads, t);
+    });
   }, py::arg("x"), py::arg("scale"), py::arg("bias"), py::arg("y"), py::arg("eps") = 1e-5f, py::arg("threads") = 1,
      py::arg("isa") = py::none(),
      "Each (n, c) row of x (N, C, S) normalised over S, then * scale[c] + bias[c]; y may be x.");

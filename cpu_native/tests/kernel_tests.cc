@@ -5,7 +5,8 @@
 // (neonfp16) also run f16_gemm, f16_conv and f16_depthwise against a scalar model of their
 // rounding (and print an INFO line with their drift on K = 4608). Prints one line per family and ISA:
 //   PASS <family> <isa> <cases>      or      FAIL <family> <isa> <first mismatch>
-// then "checked isas: ..." and exits 1 on any mismatch. Options: --isa NAME, --seed N, --quick (GEMM only up to
+// after a "KERNELS <isa> <slot>=<kernel name> ..." line naming the level's microkernels, then
+// "checked isas: ..." and exits 1 on any mismatch. Options: --isa NAME, --seed N, --quick (GEMM only up to
 // M = 17, thread pool without the handoff stress: for emulators that run a whole OS, as Bochs for
 // AVX-512, tools/avx512_under_bochs.py). Built natively and for aarch64 (run
 // under qemu-aarch64) by tests/test_native_kernels.py.
@@ -248,6 +249,10 @@ void test_depthwise(const KernelTable& t) {
       {1, 6, 6, 40, 1, geom(3, 3, 1, 1, 0, 0, 1, 1)},  {1, 5, 6, 67, 1, geom(3, 3, 2, 1, 1, 1, 0, 0)},
       {1, 6, 5, 3, 2, geom(3, 3, 1, 1, 1, 1, 1, 1)},   {1, 5, 5, 2, 9, geom(3, 3, 2, 1, 1, 1, 1, 1)},
       {1, 4, 4, 5, 17, geom(1, 1, 1, 1, 0, 0, 0, 0)},
+      // Rows wide enough for the 8-pixel blocks of multiplier 1: interior blocks, border blocks
+      // and single remainder pixels, dilated, strided, unpadded, channel tails.
+      {1, 4, 37, 19, 1, geom(3, 3, 1, 1, 1, 1, 1, 1)}, {1, 5, 40, 33, 1, geom(5, 5, 1, 2, 4, 4, 4, 4)},
+      {2, 5, 35, 16, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)}, {1, 3, 20, 8, 1, geom(3, 3, 1, 1, 0, 0, 0, 0)},
   };
   size_t index = 0;
   for (const Case& cs : cases) {
@@ -1254,6 +1259,9 @@ int main(int argc, char** argv) {
   std::string checked;
   for (Isa isa : isas) {
     const KernelTable& t = kernels_for(isa);
+    std::printf("KERNELS %s", t.name);
+    for (const auto& [slot, name] : kernel_names(isa)) std::printf(" %s=%s", slot, name);
+    std::printf("\n");
     test_gemm(t);
     test_conv(t);
     test_depthwise(t);

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--quick") quick = true;
   }
   std::mt19937 rng(7);
-  std::printf("isa: %s (gemm %zux%zu)\n", t->name, t->gemm_mr, t->gemm_nr);
+  std::printf("isa: %s (gemm %s, fp16 weights %s)\n", t->name, t->names.igemm_f32w, t->names.igemm_f16w);
   for (size_t n : {512, 1024}) {
     auto a = random_vec(n * n, rng), b = random_vec(n * n, rng);
     auto packed = pack_gemm_weights(b.data(), n, n, WeightLayout::NK, nullptr, WeightType::F32, t);

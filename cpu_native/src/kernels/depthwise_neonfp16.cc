@@ -75,7 +75,7 @@ static inline bool tap_inside(size_t o, size_t stride, size_t kk, size_t dil, si
 
 void depthwise_impl(const DepthwiseArgs* a, size_t row_begin, size_t row_end) {
   if (a->kh * a->kw > kMaxTaps || a->input_f16 == nullptr || a->weights_f16 == nullptr) {
-    f32_depthwise_neon(a, row_begin, row_end);
+    f32_depthwise_4c__neon(a, row_begin, row_end);
     return;
   }
   const size_t oc_count = a->c * a->multiplier, mult = a->multiplier;
@@ -163,14 +163,14 @@ void depthwise_impl(const DepthwiseArgs* a, size_t row_begin, size_t row_end) {
           }
         }
       }
-      if (post) f32_activation_neon(out, oc_count, &a->act);
+      if (post) f32_activation_4x__neon(out, oc_count, &a->act);
     }
   }
 }
 
 }  // namespace
 
-void f16_f32acc_depthwise_neonfp16(const DepthwiseArgs* a, size_t row_begin, size_t row_end) {
+void f16_f32acc_depthwise_16c__neonfp16(const DepthwiseArgs* a, size_t row_begin, size_t row_end) {
   depthwise_impl(a, row_begin, row_end);
 }
 

@@ -9,28 +9,135 @@
 namespace edgesdk::kernels {
 namespace {
 
-#define EDGESDK_TABLE(isa_enum, isa, mr, nr, lanes, table_min, nibbles)                              \
-  KernelTable {                                                                                      \
-    isa_enum, #isa, mr, nr, f32_igemm_##isa, f32_f16w_igemm_##isa, f32_activation_##isa,             \
-        f32_depthwise_##isa, f32_maxpool_##isa, f32_avgpool_##isa, f32_global_avgpool_##isa,         \
-        f32_binary_##isa, f32_softmax_##isa, lanes, table_min, nibbles, f32_clustered_gemv_##isa,    \
-        f32_clustered_decode_##isa, f32_nnm_gather_##isa, 0, 0, nullptr, nullptr, nullptr,           \
-        f32_row_norm_##isa, f32_log_softmax_##isa, f32_softmax_axis_##isa, f32_reduce_##isa,         \
-        f32_argreduce_##isa, f32_col2im_##isa, f32_resize_nearest_##isa, f32_resize_linear_##isa     \
-  }
+// Fills one slot of table t with a kernel and its name, both from the one token.
+#define EDGESDK_SET(t, slot, kernel) (t.slot = kernel, t.names.slot = #kernel)
 
-constexpr KernelTable kScalarTable = EDGESDK_TABLE(Isa::Scalar, scalar, kScalarMR, kScalarNR, kScalarLanes, 1, false);
+// The fp32 slots every level fills; the fp16-arithmetic ones (igemm_f16, depthwise_f16,
+// convert_f32_f16) stay empty but on neonfp16.
+constexpr KernelTable base_table(Isa isa, const char* name, size_t mr, size_t nr, size_t lanes, size_t table_min,
+                                 bool nibbles) {
+  KernelTable t{};
+  t.isa = isa;
+  t.name = name;
+  t.gemm_mr = mr;
+  t.gemm_nr = nr;
+  t.clustered_lanes = lanes;
+  t.clustered_table_min = table_min;
+  t.clustered_nibbles = nibbles;
+  return t;
+}
+
+constexpr KernelTable scalar_table() {
+  KernelTable t = base_table(Isa::Scalar, "scalar", kScalarMR, kScalarNR, kScalarLanes, 1, false);
+  EDGESDK_SET(t, igemm_f32w, f32_igemm_4x4__scalar);
+  EDGESDK_SET(t, igemm_f16w, f32_f16w_igemm_4x4__scalar);
+  EDGESDK_SET(t, activation, f32_activation__scalar);
+  EDGESDK_SET(t, depthwise, f32_depthwise__scalar);
+  EDGESDK_SET(t, maxpool, f32_maxpool__scalar);
+  EDGESDK_SET(t, avgpool, f32_avgpool__scalar);
+  EDGESDK_SET(t, global_avgpool, f32_global_avgpool__scalar);
+  EDGESDK_SET(t, binary, f32_binary__scalar);
+  EDGESDK_SET(t, softmax, f32_softmax__scalar);
+  EDGESDK_SET(t, clustered_gemv, f32_clustered_gemv__scalar);
+  EDGESDK_SET(t, clustered_decode, f32_clustered_decode__scalar);
+  EDGESDK_SET(t, nnm_gather, f32_nnm_gather__scalar);
+  EDGESDK_SET(t, row_norm, f32_row_norm__scalar);
+  EDGESDK_SET(t, log_softmax, f32_log_softmax__scalar);
+  EDGESDK_SET(t, softmax_axis, f32_softmax_axis__scalar);
+  EDGESDK_SET(t, reduce, f32_reduce__scalar);
+  EDGESDK_SET(t, argreduce, f32_argreduce__scalar);
+  EDGESDK_SET(t, col2im, f32_col2im__scalar);
+  EDGESDK_SET(t, resize_nearest, f32_resize_nearest__scalar);
+  EDGESDK_SET(t, resize_linear, f32_resize_linear__scalar);
+  return t;
+}
+constexpr KernelTable kScalarTable = scalar_table();
+
 #if defined(__x86_64__) || defined(_M_X64)
 // AVX2 looks 3-bit indices up with one 8-entry permute and 4-bit ones with vpshufb on the
-// codebook's byte planes (two 8-entry permutes cost twice as much: vpermps is the bottleneck);
+// codebook's byte planes (two 8-entry permutes cost twice as much: vpermps is the bottleneck).
+constexpr KernelTable avx2_table() {
+  KernelTable t = base_table(Isa::Avx2, "avx2", kAvx2MR, kAvx2NR, kAvx2Lanes, 8, true);
+  EDGESDK_SET(t, igemm_f32w, f32_igemm_6x16__avx2);
+  EDGESDK_SET(t, igemm_f16w, f32_f16w_igemm_6x16__avx2);
+  EDGESDK_SET(t, activation, f32_activation_8x__avx2);
+  EDGESDK_SET(t, depthwise, f32_depthwise_8c__avx2);
+  EDGESDK_SET(t, maxpool, f32_maxpool_8c__avx2);
+  EDGESDK_SET(t, avgpool, f32_avgpool_8c__avx2);
+  EDGESDK_SET(t, global_avgpool, f32_global_avgpool_32c__avx2);
+  EDGESDK_SET(t, binary, f32_binary_8x__avx2);
+  EDGESDK_SET(t, softmax, f32_softmax_8x__avx2);
+  EDGESDK_SET(t, clustered_gemv, f32_clustered_gemv__avx2);
+  EDGESDK_SET(t, clustered_decode, f32_clustered_decode__avx2);
+  EDGESDK_SET(t, nnm_gather, f32_nnm_gather_8c__avx2);
+  EDGESDK_SET(t, row_norm, f32_row_norm__avx2);
+  EDGESDK_SET(t, log_softmax, f32_log_softmax__avx2);
+  EDGESDK_SET(t, softmax_axis, f32_softmax_axis__avx2);
+  EDGESDK_SET(t, reduce, f32_reduce__avx2);
+  EDGESDK_SET(t, argreduce, f32_argreduce__avx2);
+  EDGESDK_SET(t, col2im, f32_col2im__avx2);
+  EDGESDK_SET(t, resize_nearest, f32_resize_nearest__avx2);
+  EDGESDK_SET(t, resize_linear, f32_resize_linear__avx2);
+  return t;
+}
+constexpr KernelTable kAvx2Table = avx2_table();
+
 // AVX-512 looks 4-bit indices up with one 16-entry permute.
-constexpr KernelTable kAvx2Table = EDGESDK_TABLE(Isa::Avx2, avx2, kAvx2MR, kAvx2NR, kAvx2Lanes, 8, true);
-constexpr KernelTable kAvx512Table =
-    EDGESDK_TABLE(Isa::Avx512, avx512, kAvx512MR, kAvx512NR, kAvx512Lanes, 16, false);
+constexpr KernelTable avx512_table() {
+  KernelTable t = base_table(Isa::Avx512, "avx512", kAvx512MR, kAvx512NR, kAvx512Lanes, 16, false);
+  EDGESDK_SET(t, igemm_f32w, f32_igemm_8x32__avx512f);
+  EDGESDK_SET(t, igemm_f16w, f32_f16w_igemm_8x32__avx512f);
+  EDGESDK_SET(t, activation, f32_activation_16x__avx512skx);
+  EDGESDK_SET(t, depthwise, f32_depthwise_16c__avx512skx);
+  EDGESDK_SET(t, maxpool, f32_maxpool_16c__avx512skx);
+  EDGESDK_SET(t, avgpool, f32_avgpool_16c__avx512skx);
+  EDGESDK_SET(t, global_avgpool, f32_global_avgpool_64c__avx512skx);
+  EDGESDK_SET(t, binary, f32_binary_16x__avx512skx);
+  EDGESDK_SET(t, softmax, f32_softmax_16x__avx512skx);
+  EDGESDK_SET(t, clustered_gemv, f32_clustered_gemv__avx512skx);
+  EDGESDK_SET(t, clustered_decode, f32_clustered_decode__avx512skx);
+  EDGESDK_SET(t, nnm_gather, f32_nnm_gather_16c__avx512skx);
+  EDGESDK_SET(t, row_norm, f32_row_norm__avx512skx);
+  EDGESDK_SET(t, log_softmax, f32_log_softmax__avx512skx);
+  EDGESDK_SET(t, softmax_axis, f32_softmax_axis__avx512skx);
+  EDGESDK_SET(t, reduce, f32_reduce__avx512skx);
+  EDGESDK_SET(t, argreduce, f32_argreduce__avx512skx);
+  EDGESDK_SET(t, col2im, f32_col2im__avx512skx);
+  EDGESDK_SET(t, resize_nearest, f32_resize_nearest__avx512skx);
+  EDGESDK_SET(t, resize_linear, f32_resize_linear__avx512skx);
+  return t;
+}
+constexpr KernelTable kAvx512Table = avx512_table();
 #endif
+
 #if defined(__aarch64__)
 // NEON looks up through byte tables of at least 16 bytes (vqtbl1q_u8): 4 fp32 entries.
-constexpr KernelTable kNeonTable = EDGESDK_TABLE(Isa::Neon, neon, kNeonMR, kNeonNR, kNeonLanes, 4, false);
+constexpr KernelTable neon_table() {
+  KernelTable t = base_table(Isa::Neon, "neon", kNeonMR, kNeonNR, kNeonLanes, 4, false);
+  EDGESDK_SET(t, igemm_f32w, f32_igemm_8x8__neon);
+  EDGESDK_SET(t, igemm_f16w, f32_f16w_igemm_8x8__neon);
+  EDGESDK_SET(t, activation, f32_activation_4x__neon);
+  EDGESDK_SET(t, depthwise, f32_depthwise_4c__neon);
+  EDGESDK_SET(t, maxpool, f32_maxpool_4c__neon);
+  EDGESDK_SET(t, avgpool, f32_avgpool_4c__neon);
+  EDGESDK_SET(t, global_avgpool, f32_global_avgpool_16c__neon);
+  EDGESDK_SET(t, binary, f32_binary_4x__neon);
+  EDGESDK_SET(t, softmax, f32_softmax_4x__neon);
+  EDGESDK_SET(t, clustered_gemv, f32_clustered_gemv__neon);
+  EDGESDK_SET(t, clustered_decode, f32_clustered_decode__neon);
+  EDGESDK_SET(t, nnm_gather, f32_nnm_gather_4c__neon);
+  EDGESDK_SET(t, row_norm, f32_row_norm__neon);
+  EDGESDK_SET(t, log_softmax, f32_log_softmax__neon);
+  EDGESDK_SET(t, softmax_axis, f32_softmax_axis__neon);
+  EDGESDK_SET(t, reduce, f32_reduce__neon);
+  EDGESDK_SET(t, argreduce, f32_argreduce__neon);
+  EDGESDK_SET(t, col2im, f32_col2im__neon);
+  EDGESDK_SET(t, resize_nearest, f32_resize_nearest__neon);
+  EDGESDK_SET(t, resize_linear, f32_resize_linear__neon);
+  return t;
+}
+constexpr KernelTable kNeonTable = neon_table();
+
 // The neon table (every fp32 kernel, and igemm_f16w for fp16 weights in fp32 sessions) plus the
 // ARMv8.2-A fp16-arithmetic kernels, which only fp16 sessions ask for.
 constexpr KernelTable neonfp16_table() {
@@ -39,13 +146,15 @@ constexpr KernelTable neonfp16_table() {
   t.name = "neonfp16";
   t.f16_gemm_mr = kNeonFp16MR;
   t.f16_gemm_nr = kNeonFp16NR;
-  t.igemm_f16 = f16_f32acc_igemm_neonfp16;
-  t.depthwise_f16 = f16_f32acc_depthwise_neonfp16;
-  t.convert_f32_f16 = f32_to_f16_neonfp16;
+  EDGESDK_SET(t, igemm_f16, f16_f32acc_igemm_4x16__neonfp16);
+  EDGESDK_SET(t, depthwise_f16, f16_f32acc_depthwise_16c__neonfp16);
+  EDGESDK_SET(t, convert_f32_f16, f32_f16_vcvt_8x__neonfp16);
   return t;
 }
 constexpr KernelTable kNeonFp16Table = neonfp16_table();
 #endif
+
+#undef EDGESDK_SET
 
 bool has_flag(const cpu::CpuFeatures& f, const char* name) {
   for (const auto& [flag, present] : f.flags)
@@ -132,6 +241,17 @@ Isa parse_isa(const std::string& name) {
   for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonFp16})
     if (name == isa_name(isa)) return isa;
   throw std::invalid_argument("unknown ISA '" + name + "' (expected scalar, avx2, avx512, neon or neonfp16)");
+}
+
+std::vector<std::pair<const char*, const char*>> kernel_names(Isa isa) {
+  const KernelTable* t = table_of(isa);
+  if (t == nullptr) throw std::runtime_error(std::string("ISA ") + isa_name(isa) + " is not compiled in for this arch");
+  std::vector<std::pair<const char*, const char*>> out;
+#define EDGESDK_KERNEL_NAME(slot) \
+  if (t->names.slot != nullptr) out.emplace_back(#slot, t->names.slot);
+  EDGESDK_KERNEL_SLOTS(EDGESDK_KERNEL_NAME)
+#undef EDGESDK_KERNEL_NAME
+  return out;
 }
 
 const KernelTable& kernels_for(Isa isa) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ukernels.h"
@@ -14,6 +15,21 @@
 namespace edgesdk::kernels {
 
 enum class Isa { Scalar, Avx2, Avx512, Neon, NeonFp16 };
+
+// The microkernel slots of a KernelTable, in table order: X(slot) for each.
+#define EDGESDK_KERNEL_SLOTS(X)                                                                      \
+  X(igemm_f32w) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
+  X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
+  X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
+  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear)
+
+// The function name (ukernels.h: <datatype>_<op>_<tile>__<isa>) in each slot of a table; null
+// where the slot is empty.
+struct KernelNames {
+#define EDGESDK_KERNEL_NAME_FIELD(slot) const char* slot = nullptr;
+  EDGESDK_KERNEL_SLOTS(EDGESDK_KERNEL_NAME_FIELD)
+#undef EDGESDK_KERNEL_NAME_FIELD
+};
 
 struct KernelTable {
   Isa isa;
@@ -49,6 +65,7 @@ struct KernelTable {
   Col2ImUkernel col2im;
   ResizeUkernel resize_nearest;
   ResizeUkernel resize_linear;
+  KernelNames names;  // of the kernels above, slot by slot
   bool has_f16_arith() const { return igemm_f16 != nullptr; }
 };
 
@@ -59,6 +76,9 @@ std::vector<Isa> supported_isas();
 const char* isa_name(Isa isa);
 // Parses "scalar", "avx2", "avx512", "neon", "neonfp16"; throws std::invalid_argument otherwise.
 Isa parse_isa(const std::string& name);
+// (slot, kernel name) of every filled slot of a level's table, in table order, whether or not this
+// CPU can run it; throws std::runtime_error for a level not compiled in for this arch.
+std::vector<std::pair<const char*, const char*>> kernel_names(Isa isa);
 
 // The table for one level; throws std::runtime_error if this CPU cannot run it.
 const KernelTable& kernels_for(Isa isa);

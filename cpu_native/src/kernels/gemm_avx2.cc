@@ -128,13 +128,13 @@ void igemm_6x16(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
 
 }  // namespace
 
-void f32_igemm_avx2(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
-                    const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+void f32_igemm_6x16__avx2(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
+                          const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
   igemm_6x16<float>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 
-void f32_f16w_igemm_avx2(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
-                         const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+void f32_f16w_igemm_6x16__avx2(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
+                               const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
   igemm_6x16<uint16_t>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 

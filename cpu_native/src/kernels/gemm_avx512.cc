@@ -1,6 +1,8 @@
 // AVX-512 GEMM microkernels, 8x32: 16 zmm accumulators (of 32 registers), 2 weight vectors, 1
-// broadcast; tails use lane masks. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma
-// -mf16c; selected at run time only.
+// broadcast; tails use lane masks. AVX-512 F instructions only (fp16 weights widen with the F form of
+// vcvtph2ps), so this file alone is compiled with -mavx512f -mfma -mf16c, not with the BW, VL and DQ
+// the avx512 level's vector kernels use: hence __avx512f in their names (ukernels.h). Selected at
+// run time only.
 // GCC 12 flags its own _mm512_undefined_* helpers as maybe-uninitialized when inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -108,14 +110,14 @@ void igemm_8x32(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
 
 }  // namespace
 
-void f32_igemm_avx512(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
-                      const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+void f32_igemm_8x32__avx512f(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
+                             const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
   igemm_8x32<float>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 
-void f32_f16w_igemm_avx512(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a,
-                           const void* w, const float* bias, float* c, size_t ldc, uint32_t flags,
-                           const MinMax* clamp) {
+void f32_f16w_igemm_8x32__avx512f(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a,
+                                  const void* w, const float* bias, float* c, size_t ldc, uint32_t flags,
+                                  const MinMax* clamp) {
   igemm_8x32<uint16_t>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 

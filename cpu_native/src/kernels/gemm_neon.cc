@@ -108,13 +108,13 @@ void igemm_8x8(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a
 
 }  // namespace
 
-void f32_igemm_neon(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
-                    const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+void f32_igemm_8x8__neon(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
+                         const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
   igemm_8x8<float>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 
-void f32_f16w_igemm_neon(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
-                         const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+void f32_f16w_igemm_8x8__neon(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
+                              const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
   igemm_8x8<uint16_t>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 

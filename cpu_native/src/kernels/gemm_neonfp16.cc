@@ -23,7 +23,7 @@
 // Why not FMLAL (fp16 x fp16 into fp32 lanes, exact products): it needs FEAT_FHM (HWCAP asimdfhm),
 // which Cortex-A55/A75/A76/A77/A78 and Neoverse N1, the common fp16-capable edge cores, lack
 // (qemu's cortex-a76 model reports fp16 without fhm), and it does 4 multiply-adds per instruction,
-// the fp32 FMLA .4s rate, so over the existing f32_f16w kernel it would only save bandwidth. FMLA .8h
+// the fp32 FMLA .4s rate, so over f32_f16w_igemm_8x8__neon it would only save bandwidth. FMLA .8h
 // does 8; the flush costs 4 instructions per fp16 accumulator per 16 k (8 accumulators: 32 + 8
 // zeroings per 128 FMLAs), so per 16 k the tile issues ~200 instructions for 1024 multiply-adds
 // against ~330 for the 8x8 fp32 kernel: an estimated 1.5-1.7x on compute-bound layers, plus half the
@@ -154,15 +154,15 @@ void igemm_body(size_t mr, size_t nr, size_t kc, size_t ks, const uint16_t* cons
 
 }  // namespace
 
-void f16_f32acc_igemm_neonfp16(size_t mr, size_t nr, size_t kc, size_t ks, const uint16_t* const* a,
-                               const void* w, const float* bias, float* c, size_t ldc, uint32_t flags,
-                               const MinMax* clamp) {
+void f16_f32acc_igemm_4x16__neonfp16(size_t mr, size_t nr, size_t kc, size_t ks, const uint16_t* const* a,
+                                     const void* w, const float* bias, float* c, size_t ldc, uint32_t flags,
+                                     const MinMax* clamp) {
   const uint16_t* wh = static_cast<const uint16_t*>(w);
   if (mr == 1) igemm_body<1>(mr, nr, kc, ks, a, wh, bias, c, ldc, flags, clamp);
   else igemm_body<MR>(mr, nr, kc, ks, a, wh, bias, c, ldc, flags, clamp);
 }
 
-void f32_to_f16_neonfp16(const float* x, uint16_t* y, size_t n) {
+void f32_f16_vcvt_8x__neonfp16(const float* x, uint16_t* y, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const float16x8_t h = vcvt_high_f16_f32(vcvt_f16_f32(vld1q_f32(x + i)), vld1q_f32(x + i + 4));

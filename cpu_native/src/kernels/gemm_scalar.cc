@@ -41,14 +41,14 @@ void igemm_4x4(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a
 
 }  // namespace
 
-void f32_igemm_scalar(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
-                      const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
+void f32_igemm_4x4__scalar(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a, const void* w,
+                           const float* bias, float* c, size_t ldc, uint32_t flags, const MinMax* clamp) {
   igemm_4x4<float>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 
-void f32_f16w_igemm_scalar(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a,
-                           const void* w, const float* bias, float* c, size_t ldc, uint32_t flags,
-                           const MinMax* clamp) {
+void f32_f16w_igemm_4x4__scalar(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a,
+                                const void* w, const float* bias, float* c, size_t ldc, uint32_t flags,
+                                const MinMax* clamp) {
   igemm_4x4<uint16_t>(mr, nr, kc, ks, a, w, bias, c, ldc, flags, clamp);
 }
 

@@ -33,11 +33,11 @@ bool tap_inside(size_t o, size_t stride, size_t k, size_t dil, size_t pad, size_
 
 }  // namespace
 
-void f32_activation_scalar(float* x, size_t n, const Activation* act) {
+void f32_activation__scalar(float* x, size_t n, const Activation* act) {
   for (size_t i = 0; i < n; ++i) x[i] = activate_reference(x[i], *act);
 }
 
-void f32_depthwise_scalar(const DepthwiseArgs* a, size_t row_begin, size_t row_end) {
+void f32_depthwise__scalar(const DepthwiseArgs* a, size_t row_begin, size_t row_end) {
   const size_t oc_count = a->c * a->multiplier;
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;
@@ -62,7 +62,7 @@ void f32_depthwise_scalar(const DepthwiseArgs* a, size_t row_begin, size_t row_e
   }
 }
 
-void f32_maxpool_scalar(const PoolArgs* a, size_t row_begin, size_t row_end) {
+void f32_maxpool__scalar(const PoolArgs* a, size_t row_begin, size_t row_end) {
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;
     for (size_t ox = 0; ox < a->ow; ++ox) {
@@ -86,7 +86,7 @@ void f32_maxpool_scalar(const PoolArgs* a, size_t row_begin, size_t row_end) {
   }
 }
 
-void f32_avgpool_scalar(const PoolArgs* a, size_t row_begin, size_t row_end) {
+void f32_avgpool__scalar(const PoolArgs* a, size_t row_begin, size_t row_end) {
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;
     for (size_t ox = 0; ox < a->ow; ++ox) {
@@ -121,8 +121,8 @@ void f32_avgpool_scalar(const PoolArgs* a, size_t row_begin, size_t row_end) {
   }
 }
 
-void f32_global_avgpool_scalar(const float* x, size_t pixels, size_t c, size_t in_stride, float* y,
-                               const Activation* act) {
+void f32_global_avgpool__scalar(const float* x, size_t pixels, size_t c, size_t in_stride, float* y,
+                                const Activation* act) {
   for (size_t ch = 0; ch < c; ++ch) {
     float sum = 0.0f;
     for (size_t p = 0; p < pixels; ++p) sum += x[p * in_stride + ch];
@@ -130,7 +130,7 @@ void f32_global_avgpool_scalar(const float* x, size_t pixels, size_t c, size_t i
   }
 }
 
-void f32_binary_scalar(const BinaryArgs* a, size_t row_begin, size_t row_end) {
+void f32_binary__scalar(const BinaryArgs* a, size_t row_begin, size_t row_end) {
   for (size_t r = row_begin; r < row_end; ++r) {
     const float* ar = a->a + r * a->a_stride;
     float* yr = a->y + r * a->y_stride;
@@ -145,7 +145,7 @@ void f32_binary_scalar(const BinaryArgs* a, size_t row_begin, size_t row_end) {
   }
 }
 
-void f32_softmax_scalar(const float* x, float* y, size_t n) {
+void f32_softmax__scalar(const float* x, float* y, size_t n) {
   float mx = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < n; ++i) mx = std::fmax(mx, x[i]);
   double sum = 0.0;
@@ -156,8 +156,8 @@ void f32_softmax_scalar(const float* x, float* y, size_t n) {
 
 // Clustered, lane-word layout with L = kScalarLanes (see ukernels.h).
 // (The scalar table has clustered_nibbles = false, so `nibbles` is never set here.)
-void f32_clustered_decode_scalar(const uint32_t* words, size_t words_per_row, const float* table, unsigned bits,
-                                 bool /*nibbles*/, float* out) {
+void f32_clustered_decode__scalar(const uint32_t* words, size_t words_per_row, const float* table, unsigned bits,
+                                  bool /*nibbles*/, float* out) {
   const size_t lanes = kScalarLanes, fields = 32 / bits;
   const uint32_t mask = (1u << bits) - 1u;
   for (size_t wi = 0; wi < words_per_row; ++wi) {
@@ -167,7 +167,7 @@ void f32_clustered_decode_scalar(const uint32_t* words, size_t words_per_row, co
   }
 }
 
-void f32_clustered_gemv_scalar(const ClusteredGemvArgs* a, size_t row_begin, size_t row_end) {
+void f32_clustered_gemv__scalar(const ClusteredGemvArgs* a, size_t row_begin, size_t row_end) {
   const size_t lanes = kScalarLanes, fields = 32 / a->bits;
   const uint32_t mask = (1u << a->bits) - 1u;
   for (size_t r = row_begin; r < row_end; ++r) {
@@ -183,7 +183,7 @@ void f32_clustered_gemv_scalar(const ClusteredGemvArgs* a, size_t row_begin, siz
   }
 }
 
-void f32_nnm_gather_scalar(const NnmGatherArgs* a, size_t p_begin, size_t p_end) {
+void f32_nnm_gather__scalar(const NnmGatherArgs* a, size_t p_begin, size_t p_end) {
   for (size_t p = p_begin; p < p_end; ++p) {
     const float* row = a->cent + p * a->cent_stride;
     float* out = a->out + p * a->out_stride;
@@ -196,7 +196,7 @@ void f32_nnm_gather_scalar(const NnmGatherArgs* a, size_t p_begin, size_t p_end)
 }
 
 // ---- normalisation, softmax along an axis, reductions (double accumulation) -------------------------
-void f32_row_norm_scalar(const RowNormArgs* a, size_t row_begin, size_t row_end) {
+void f32_row_norm__scalar(const RowNormArgs* a, size_t row_begin, size_t row_end) {
   const size_t n = a->n;
   for (size_t r = row_begin; r < row_end; ++r) {
     const float* x = a->x + r * n;
@@ -227,9 +227,9 @@ static void softmax_column(const float* x, float* y, size_t n, size_t stride, bo
   }
 }
 
-void f32_log_softmax_scalar(const float* x, float* y, size_t n) { softmax_column(x, y, n, 1, true); }
+void f32_log_softmax__scalar(const float* x, float* y, size_t n) { softmax_column(x, y, n, 1, true); }
 
-void f32_softmax_axis_scalar(const SoftmaxAxisArgs* a, size_t unit_begin, size_t unit_end) {
+void f32_softmax_axis__scalar(const SoftmaxAxisArgs* a, size_t unit_begin, size_t unit_end) {
   for_each_column(a->shape, unit_begin, unit_end, [&](size_t in, size_t) {
     softmax_column(a->x + in, a->y + in, a->shape.axis, a->shape.inner, a->log);
   });
@@ -252,7 +252,7 @@ static float reduce_column(const float* x, size_t n, size_t stride, ReduceOp op)
   return static_cast<float>(op == ReduceOp::L2 ? std::sqrt(sum) : sum);
 }
 
-void f32_reduce_scalar(const ReduceArgs* a, size_t unit_begin, size_t unit_end) {
+void f32_reduce__scalar(const ReduceArgs* a, size_t unit_begin, size_t unit_end) {
   for_each_column(a->shape, unit_begin, unit_end, [&](size_t in, size_t out) {
     a->y[out] = reduce_column(a->x + in, a->shape.axis, a->shape.inner, a->op);
   });
@@ -266,7 +266,7 @@ static bool arg_takes(float v, float best, bool is_max, bool last) {
   return is_max ? v > best : v < best;
 }
 
-void f32_argreduce_scalar(const ArgReduceArgs* a, size_t unit_begin, size_t unit_end) {
+void f32_argreduce__scalar(const ArgReduceArgs* a, size_t unit_begin, size_t unit_end) {
   for_each_column(a->shape, unit_begin, unit_end, [&](size_t in, size_t out) {
     const float* x = a->x + in;
     size_t best = 0;
@@ -303,7 +303,7 @@ static float col2im_sum(const Col2ImArgs* a, size_t b, size_t oy, size_t ox, siz
   return acc;
 }
 
-void f32_col2im_scalar(const Col2ImArgs* a, size_t row_begin, size_t row_end) {
+void f32_col2im__scalar(const Col2ImArgs* a, size_t row_begin, size_t row_end) {
   for (size_t row = row_begin; row < row_end; ++row)
     for (size_t ox = 0; ox < a->ow; ++ox)
       for (size_t oc = 0; oc < a->c_out; ++oc)
@@ -326,13 +326,13 @@ static void for_each_resized(const ResizeArgs* a, size_t row_begin, size_t row_e
         a->y[(row * a->ow + ox) * channels + ch] = value(row / a->oh, row % a->oh, ox, ch);
 }
 
-void f32_resize_nearest_scalar(const ResizeArgs* a, size_t row_begin, size_t row_end, float* /*scratch*/) {
+void f32_resize_nearest__scalar(const ResizeArgs* a, size_t row_begin, size_t row_end, float* /*scratch*/) {
   for_each_resized(a, row_begin, row_end, [&](size_t plane, size_t oy, size_t ox, size_t ch) {
     return resize_source(a, plane, a->iy0[oy], a->ix0[ox], ch);
   });
 }
 
-void f32_resize_linear_scalar(const ResizeArgs* a, size_t row_begin, size_t row_end, float* /*scratch*/) {
+void f32_resize_linear__scalar(const ResizeArgs* a, size_t row_begin, size_t row_end, float* /*scratch*/) {
   for_each_resized(a, row_begin, row_end, [&](size_t plane, size_t oy, size_t ox, size_t ch) {
     const float wx = a->wx[ox], wy = a->wy[oy];
     auto along_x = [&](int32_t y) {

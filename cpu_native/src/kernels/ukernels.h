@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common.h"
 
@@ -254,31 +255,6 @@ struct NnmGatherArgs {
 using NnmGatherUkernel = void (*)(const NnmGatherArgs* args, size_t p_begin, size_t p_end);
 
 // ---------------------------------------------------------------------------------------------
-// Per-ISA entry points. Scalar ones are the references the SIMD ones are tested against.
-#define EDGESDK_DECLARE_ISA(isa)                                                                 \
-  void f32_igemm_##isa(size_t, size_t, size_t, size_t, const float* const*, const void*,         \
-                       const float*, float*, size_t, uint32_t, const MinMax*);                   \
-  void f32_f16w_igemm_##isa(size_t, size_t, size_t, size_t, const float* const*, const void*,    \
-                            const float*, float*, size_t, uint32_t, const MinMax*);              \
-  void f32_activation_##isa(float*, size_t, const Activation*);                                  \
-  void f32_depthwise_##isa(const DepthwiseArgs*, size_t, size_t);                                \
-  void f32_maxpool_##isa(const PoolArgs*, size_t, size_t);                                       \
-  void f32_avgpool_##isa(const PoolArgs*, size_t, size_t);                                       \
-  void f32_global_avgpool_##isa(const float*, size_t, size_t, size_t, float*, const Activation*); \
-  void f32_binary_##isa(const BinaryArgs*, size_t, size_t);                                      \
-  void f32_softmax_##isa(const float*, float*, size_t);                                          \
-  void f32_clustered_gemv_##isa(const ClusteredGemvArgs*, size_t, size_t);                       \
-  void f32_clustered_decode_##isa(const uint32_t*, size_t, const float*, unsigned, bool, float*); \
-  void f32_nnm_gather_##isa(const NnmGatherArgs*, size_t, size_t);                               \
-  void f32_row_norm_##isa(const RowNormArgs*, size_t, size_t);                                   \
-  void f32_log_softmax_##isa(const float*, float*, size_t);                                      \
-  void f32_softmax_axis_##isa(const SoftmaxAxisArgs*, size_t, size_t);                           \
-  void f32_reduce_##isa(const ReduceArgs*, size_t, size_t);                                      \
-  void f32_argreduce_##isa(const ArgReduceArgs*, size_t, size_t);                                \
-  void f32_col2im_##isa(const Col2ImArgs*, size_t, size_t);                                      \
-  void f32_resize_nearest_##isa(const ResizeArgs*, size_t, size_t, float*);                      \
-  void f32_resize_linear_##isa(const ResizeArgs*, size_t, size_t, float*);
-
 // Register-block sizes (MR x NR) of each ISA's GEMM microkernel, and clustered lane counts.
 constexpr size_t kScalarMR = 4, kScalarNR = 4, kScalarLanes = 4;
 constexpr size_t kAvx2MR = 6, kAvx2NR = 16, kAvx2Lanes = 8;
@@ -288,19 +264,112 @@ constexpr size_t kNeonMR = 8, kNeonNR = 8, kNeonLanes = 4;
 // and 2 W registers: 30 of the 32 NEON registers (gemm_neonfp16.cc).
 constexpr size_t kNeonFp16MR = 4, kNeonFp16NR = 16;
 
-EDGESDK_DECLARE_ISA(scalar)
+// ---------------------------------------------------------------------------------------------
+// The microkernels, named as XNNPACK names its own: <datatype>_<op>_<tile>__<isa>.
+//   datatype  f32 (fp32 in and out); f32_f16w (fp32 activations, fp16 weights widened on load);
+//             f16_f32acc (fp16 products, fp32 accumulation); f32_f16 (fp32 -> fp16 conversion).
+//   tile      the unit of the kernel's main loop, only where it has one: MRxNR for a GEMM register
+//             tile (the k*MR/k*NR constants above), <N>c for NHWC channels in blocks of N
+//             (XNNPACK's dwconv "8c"), <N>x for N contiguous elements per step. Kernels whose loops
+//             step in several widths (row and strided-column paths, 4-vector sums then single
+//             vectors) and the scalar references (one element at a time) name none.
+//   isa       what the code is compiled for and needs: scalar (portable C++), avx2 (AVX2 + FMA +
+//             F16C), avx512f (AVX-512 F only: gemm_avx512.cc is compiled with -mavx512f alone),
+//             avx512skx (AVX-512 F + BW + DQ + VL, Skylake-X: the vector kernels use DQ mask moves),
+//             neon (AArch64 Advanced SIMD), neonfp16 (ARMv8.2-A FEAT_FP16 arithmetic).
+// The dispatch tables (dispatch.cc) pick them per ISA level (the level names scalar, avx2, avx512,
+// neon, neonfp16 are dispatch.h's) and report the names (kernel_names()). The scalar ones are the
+// references the SIMD ones are tested against (cpu_native/tests/kernel_tests.cc); each SIMD file
+// sits beside its scalar counterpart (gemm_<isa>.cc by gemm_scalar.cc, vector_kernels_<isa>.cc by
+// reference_scalar.cc).
+template <class Ukernel>
+using UkernelFunction = std::remove_pointer_t<Ukernel>;  // declares a function of that pointer type
+
+// Portable C++ (gemm_scalar.cc, reference_scalar.cc).
+UkernelFunction<IgemmUkernel> f32_igemm_4x4__scalar, f32_f16w_igemm_4x4__scalar;
+UkernelFunction<ActivationUkernel> f32_activation__scalar;
+UkernelFunction<DepthwiseUkernel> f32_depthwise__scalar;
+UkernelFunction<PoolUkernel> f32_maxpool__scalar, f32_avgpool__scalar;
+UkernelFunction<GlobalAvgPoolUkernel> f32_global_avgpool__scalar;
+UkernelFunction<BinaryUkernel> f32_binary__scalar;
+UkernelFunction<SoftmaxUkernel> f32_softmax__scalar;
+UkernelFunction<ClusteredGemvUkernel> f32_clustered_gemv__scalar;
+UkernelFunction<ClusteredDecodeUkernel> f32_clustered_decode__scalar;
+UkernelFunction<NnmGatherUkernel> f32_nnm_gather__scalar;
+UkernelFunction<RowNormUkernel> f32_row_norm__scalar;
+UkernelFunction<LogSoftmaxUkernel> f32_log_softmax__scalar;
+UkernelFunction<SoftmaxAxisUkernel> f32_softmax_axis__scalar;
+UkernelFunction<ReduceUkernel> f32_reduce__scalar;
+UkernelFunction<ArgReduceUkernel> f32_argreduce__scalar;
+UkernelFunction<Col2ImUkernel> f32_col2im__scalar;
+UkernelFunction<ResizeUkernel> f32_resize_nearest__scalar, f32_resize_linear__scalar;
+
 #if defined(__x86_64__) || defined(_M_X64)
-EDGESDK_DECLARE_ISA(avx2)
-EDGESDK_DECLARE_ISA(avx512)
+// AVX2 + FMA + F16C (gemm_avx2.cc; vector_kernels_avx2.cc: 8-lane vectors).
+UkernelFunction<IgemmUkernel> f32_igemm_6x16__avx2, f32_f16w_igemm_6x16__avx2;
+UkernelFunction<ActivationUkernel> f32_activation_8x__avx2;
+UkernelFunction<DepthwiseUkernel> f32_depthwise_8c__avx2;
+UkernelFunction<PoolUkernel> f32_maxpool_8c__avx2, f32_avgpool_8c__avx2;
+UkernelFunction<GlobalAvgPoolUkernel> f32_global_avgpool_32c__avx2;
+UkernelFunction<BinaryUkernel> f32_binary_8x__avx2;
+UkernelFunction<SoftmaxUkernel> f32_softmax_8x__avx2;
+UkernelFunction<ClusteredGemvUkernel> f32_clustered_gemv__avx2;
+UkernelFunction<ClusteredDecodeUkernel> f32_clustered_decode__avx2;
+UkernelFunction<NnmGatherUkernel> f32_nnm_gather_8c__avx2;
+UkernelFunction<RowNormUkernel> f32_row_norm__avx2;
+UkernelFunction<LogSoftmaxUkernel> f32_log_softmax__avx2;
+UkernelFunction<SoftmaxAxisUkernel> f32_softmax_axis__avx2;
+UkernelFunction<ReduceUkernel> f32_reduce__avx2;
+UkernelFunction<ArgReduceUkernel> f32_argreduce__avx2;
+UkernelFunction<Col2ImUkernel> f32_col2im__avx2;
+UkernelFunction<ResizeUkernel> f32_resize_nearest__avx2, f32_resize_linear__avx2;
+
+// AVX-512: the GEMM needs F only (gemm_avx512.cc); the vector kernels F + BW + DQ + VL
+// (vector_kernels_avx512.cc: 16-lane vectors).
+UkernelFunction<IgemmUkernel> f32_igemm_8x32__avx512f, f32_f16w_igemm_8x32__avx512f;
+UkernelFunction<ActivationUkernel> f32_activation_16x__avx512skx;
+UkernelFunction<DepthwiseUkernel> f32_depthwise_16c__avx512skx;
+UkernelFunction<PoolUkernel> f32_maxpool_16c__avx512skx, f32_avgpool_16c__avx512skx;
+UkernelFunction<GlobalAvgPoolUkernel> f32_global_avgpool_64c__avx512skx;
+UkernelFunction<BinaryUkernel> f32_binary_16x__avx512skx;
+UkernelFunction<SoftmaxUkernel> f32_softmax_16x__avx512skx;
+UkernelFunction<ClusteredGemvUkernel> f32_clustered_gemv__avx512skx;
+UkernelFunction<ClusteredDecodeUkernel> f32_clustered_decode__avx512skx;
+UkernelFunction<NnmGatherUkernel> f32_nnm_gather_16c__avx512skx;
+UkernelFunction<RowNormUkernel> f32_row_norm__avx512skx;
+UkernelFunction<LogSoftmaxUkernel> f32_log_softmax__avx512skx;
+UkernelFunction<SoftmaxAxisUkernel> f32_softmax_axis__avx512skx;
+UkernelFunction<ReduceUkernel> f32_reduce__avx512skx;
+UkernelFunction<ArgReduceUkernel> f32_argreduce__avx512skx;
+UkernelFunction<Col2ImUkernel> f32_col2im__avx512skx;
+UkernelFunction<ResizeUkernel> f32_resize_nearest__avx512skx, f32_resize_linear__avx512skx;
 #endif
+
 #if defined(__aarch64__)
-EDGESDK_DECLARE_ISA(neon)
+// AArch64 Advanced SIMD (gemm_neon.cc; vector_kernels_neon.cc: 4-lane vectors).
+UkernelFunction<IgemmUkernel> f32_igemm_8x8__neon, f32_f16w_igemm_8x8__neon;
+UkernelFunction<ActivationUkernel> f32_activation_4x__neon;
+UkernelFunction<DepthwiseUkernel> f32_depthwise_4c__neon;
+UkernelFunction<PoolUkernel> f32_maxpool_4c__neon, f32_avgpool_4c__neon;
+UkernelFunction<GlobalAvgPoolUkernel> f32_global_avgpool_16c__neon;
+UkernelFunction<BinaryUkernel> f32_binary_4x__neon;
+UkernelFunction<SoftmaxUkernel> f32_softmax_4x__neon;
+UkernelFunction<ClusteredGemvUkernel> f32_clustered_gemv__neon;
+UkernelFunction<ClusteredDecodeUkernel> f32_clustered_decode__neon;
+UkernelFunction<NnmGatherUkernel> f32_nnm_gather_4c__neon;
+UkernelFunction<RowNormUkernel> f32_row_norm__neon;
+UkernelFunction<LogSoftmaxUkernel> f32_log_softmax__neon;
+UkernelFunction<SoftmaxAxisUkernel> f32_softmax_axis__neon;
+UkernelFunction<ReduceUkernel> f32_reduce__neon;
+UkernelFunction<ArgReduceUkernel> f32_argreduce__neon;
+UkernelFunction<Col2ImUkernel> f32_col2im__neon;
+UkernelFunction<ResizeUkernel> f32_resize_nearest__neon, f32_resize_linear__neon;
+
 // ARMv8.2-A FP16 arithmetic (gemm_neonfp16.cc, depthwise_neonfp16.cc, built with
 // -march=armv8.2-a+fp16): the neonfp16 level adds these to the neon table.
-void f16_f32acc_igemm_neonfp16(size_t, size_t, size_t, size_t, const uint16_t* const*, const void*, const float*,
-                               float*, size_t, uint32_t, const MinMax*);
-void f16_f32acc_depthwise_neonfp16(const DepthwiseArgs*, size_t, size_t);
-void f32_to_f16_neonfp16(const float*, uint16_t*, size_t);
+UkernelFunction<F16IgemmUkernel> f16_f32acc_igemm_4x16__neonfp16;
+UkernelFunction<DepthwiseUkernel> f16_f32acc_depthwise_16c__neonfp16;
+UkernelFunction<ConvertF32F16Ukernel> f32_f16_vcvt_8x__neonfp16;
 #endif
 
 }  // namespace edgesdk::kernels

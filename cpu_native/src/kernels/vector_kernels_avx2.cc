@@ -278,26 +278,26 @@ void nnm_gather_impl(const NnmGatherArgs* a, size_t p_begin, size_t p_end) {
 
 }  // namespace
 
-void f32_activation_avx2(float* x, size_t n, const Activation* act) { activation_impl(x, n, act); }
-void f32_depthwise_avx2(const DepthwiseArgs* a, size_t b, size_t e) { depthwise_impl(a, b, e); }
-void f32_maxpool_avx2(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, true); }
-void f32_avgpool_avx2(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, false); }
-void f32_global_avgpool_avx2(const float* x, size_t p, size_t c, size_t s, float* y, const Activation* act) {
+void f32_activation_8x__avx2(float* x, size_t n, const Activation* act) { activation_impl(x, n, act); }
+void f32_depthwise_8c__avx2(const DepthwiseArgs* a, size_t b, size_t e) { depthwise_impl(a, b, e); }
+void f32_maxpool_8c__avx2(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, true); }
+void f32_avgpool_8c__avx2(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, false); }
+void f32_global_avgpool_32c__avx2(const float* x, size_t p, size_t c, size_t s, float* y, const Activation* act) {
   global_avgpool_impl(x, p, c, s, y, act);
 }
-void f32_binary_avx2(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
-void f32_softmax_avx2(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
-void f32_nnm_gather_avx2(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
-void f32_row_norm_avx2(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
-void f32_log_softmax_avx2(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
-void f32_softmax_axis_avx2(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
-void f32_reduce_avx2(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
-void f32_argreduce_avx2(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
-void f32_col2im_avx2(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
-void f32_resize_nearest_avx2(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
-void f32_resize_linear_avx2(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
+void f32_binary_8x__avx2(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
+void f32_softmax_8x__avx2(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
+void f32_nnm_gather_8c__avx2(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
+void f32_row_norm__avx2(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
+void f32_log_softmax__avx2(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
+void f32_softmax_axis__avx2(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
+void f32_reduce__avx2(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
+void f32_argreduce__avx2(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
+void f32_col2im__avx2(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
+void f32_resize_nearest__avx2(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
+void f32_resize_linear__avx2(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
 
-void f32_clustered_gemv_avx2(const ClusteredGemvArgs* a, size_t b, size_t e) {
+void f32_clustered_gemv__avx2(const ClusteredGemvArgs* a, size_t b, size_t e) {
   if (a->nibbles) {
     clustered_gemv_nibbles(a, b, e);
     return;
@@ -314,8 +314,8 @@ void f32_clustered_gemv_avx2(const ClusteredGemvArgs* a, size_t b, size_t e) {
   }
 }
 
-void f32_clustered_decode_avx2(const uint32_t* w, size_t wpr, const float* t, unsigned bits, bool nibbles,
-                               float* out) {
+void f32_clustered_decode__avx2(const uint32_t* w, size_t wpr, const float* t, unsigned bits, bool nibbles,
+                                float* out) {
   if (nibbles) {
     clustered_decode_nibbles(w, wpr, t, out);
     return;

@@ -181,26 +181,30 @@ void nnm_gather_impl(const NnmGatherArgs* a, size_t p_begin, size_t p_end) {
 
 }  // namespace
 
-void f32_activation_avx512(float* x, size_t n, const Activation* act) { activation_impl(x, n, act); }
-void f32_depthwise_avx512(const DepthwiseArgs* a, size_t b, size_t e) { depthwise_impl(a, b, e); }
-void f32_maxpool_avx512(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, true); }
-void f32_avgpool_avx512(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, false); }
-void f32_global_avgpool_avx512(const float* x, size_t p, size_t c, size_t s, float* y, const Activation* act) {
+void f32_activation_16x__avx512skx(float* x, size_t n, const Activation* act) { activation_impl(x, n, act); }
+void f32_depthwise_16c__avx512skx(const DepthwiseArgs* a, size_t b, size_t e) { depthwise_impl(a, b, e); }
+void f32_maxpool_16c__avx512skx(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, true); }
+void f32_avgpool_16c__avx512skx(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, false); }
+void f32_global_avgpool_64c__avx512skx(const float* x, size_t p, size_t c, size_t s, float* y, const Activation* act) {
   global_avgpool_impl(x, p, c, s, y, act);
 }
-void f32_binary_avx512(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
-void f32_softmax_avx512(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
-void f32_nnm_gather_avx512(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
-void f32_row_norm_avx512(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
-void f32_log_softmax_avx512(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
-void f32_softmax_axis_avx512(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
-void f32_reduce_avx512(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
-void f32_argreduce_avx512(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
-void f32_col2im_avx512(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
-void f32_resize_nearest_avx512(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
-void f32_resize_linear_avx512(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
+void f32_binary_16x__avx512skx(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
+void f32_softmax_16x__avx512skx(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
+void f32_nnm_gather_16c__avx512skx(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
+void f32_row_norm__avx512skx(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
+void f32_log_softmax__avx512skx(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
+void f32_softmax_axis__avx512skx(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
+void f32_reduce__avx512skx(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
+void f32_argreduce__avx512skx(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
+void f32_col2im__avx512skx(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
+void f32_resize_nearest__avx512skx(const ResizeArgs* a, size_t b, size_t e, float* s) {
+  resize_nearest_impl(a, b, e, s);
+}
+void f32_resize_linear__avx512skx(const ResizeArgs* a, size_t b, size_t e, float* s) {
+  resize_linear_impl(a, b, e, s);
+}
 
-void f32_clustered_gemv_avx512(const ClusteredGemvArgs* a, size_t b, size_t e) {
+void f32_clustered_gemv__avx512skx(const ClusteredGemvArgs* a, size_t b, size_t e) {
   switch (a->bits) {
     case 1: clustered_gemv_bits<1>(a, b, e); break;
     case 2: clustered_gemv_bits<2>(a, b, e); break;
@@ -214,8 +218,8 @@ void f32_clustered_gemv_avx512(const ClusteredGemvArgs* a, size_t b, size_t e) {
 }
 
 // (This ISA's table has clustered_nibbles = false, so `nibbles` is never set here.)
-void f32_clustered_decode_avx512(const uint32_t* w, size_t wpr, const float* t, unsigned bits, bool /*nibbles*/,
-                              float* out) {
+void f32_clustered_decode__avx512skx(const uint32_t* w, size_t wpr, const float* t, unsigned bits, bool /*nibbles*/,
+                                     float* out) {
   switch (bits) {
     case 1: clustered_decode_bits<1>(w, wpr, t, out); break;
     case 2: clustered_decode_bits<2>(w, wpr, t, out); break;

@@ -216,26 +216,26 @@ void nnm_gather_impl(const NnmGatherArgs* a, size_t p_begin, size_t p_end) {
 
 }  // namespace
 
-void f32_activation_neon(float* x, size_t n, const Activation* act) { activation_impl(x, n, act); }
-void f32_depthwise_neon(const DepthwiseArgs* a, size_t b, size_t e) { depthwise_impl(a, b, e); }
-void f32_maxpool_neon(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, true); }
-void f32_avgpool_neon(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, false); }
-void f32_global_avgpool_neon(const float* x, size_t p, size_t c, size_t s, float* y, const Activation* act) {
+void f32_activation_4x__neon(float* x, size_t n, const Activation* act) { activation_impl(x, n, act); }
+void f32_depthwise_4c__neon(const DepthwiseArgs* a, size_t b, size_t e) { depthwise_impl(a, b, e); }
+void f32_maxpool_4c__neon(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, true); }
+void f32_avgpool_4c__neon(const PoolArgs* a, size_t b, size_t e) { pool_impl(a, b, e, false); }
+void f32_global_avgpool_16c__neon(const float* x, size_t p, size_t c, size_t s, float* y, const Activation* act) {
   global_avgpool_impl(x, p, c, s, y, act);
 }
-void f32_binary_neon(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
-void f32_softmax_neon(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
-void f32_nnm_gather_neon(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
-void f32_row_norm_neon(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
-void f32_log_softmax_neon(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
-void f32_softmax_axis_neon(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
-void f32_reduce_neon(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
-void f32_argreduce_neon(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
-void f32_col2im_neon(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
-void f32_resize_nearest_neon(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
-void f32_resize_linear_neon(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
+void f32_binary_4x__neon(const BinaryArgs* a, size_t b, size_t e) { binary_impl(a, b, e); }
+void f32_softmax_4x__neon(const float* x, float* y, size_t n) { softmax_impl(x, y, n); }
+void f32_nnm_gather_4c__neon(const NnmGatherArgs* a, size_t b, size_t e) { nnm_gather_impl(a, b, e); }
+void f32_row_norm__neon(const RowNormArgs* a, size_t b, size_t e) { row_norm_impl(a, b, e); }
+void f32_log_softmax__neon(const float* x, float* y, size_t n) { log_softmax_impl(x, y, n); }
+void f32_softmax_axis__neon(const SoftmaxAxisArgs* a, size_t b, size_t e) { softmax_axis_impl(a, b, e); }
+void f32_reduce__neon(const ReduceArgs* a, size_t b, size_t e) { reduce_impl(a, b, e); }
+void f32_argreduce__neon(const ArgReduceArgs* a, size_t b, size_t e) { argreduce_impl(a, b, e); }
+void f32_col2im__neon(const Col2ImArgs* a, size_t b, size_t e) { col2im_impl(a, b, e); }
+void f32_resize_nearest__neon(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_nearest_impl(a, b, e, s); }
+void f32_resize_linear__neon(const ResizeArgs* a, size_t b, size_t e, float* s) { resize_linear_impl(a, b, e, s); }
 
-void f32_clustered_gemv_neon(const ClusteredGemvArgs* a, size_t b, size_t e) {
+void f32_clustered_gemv__neon(const ClusteredGemvArgs* a, size_t b, size_t e) {
   switch (a->bits) {
     case 1: clustered_gemv_bits<1>(a, b, e); break;
     case 2: clustered_gemv_bits<2>(a, b, e); break;
@@ -249,8 +249,8 @@ void f32_clustered_gemv_neon(const ClusteredGemvArgs* a, size_t b, size_t e) {
 }
 
 // (This ISA's table has clustered_nibbles = false, so `nibbles` is never set here.)
-void f32_clustered_decode_neon(const uint32_t* w, size_t wpr, const float* t, unsigned bits, bool /*nibbles*/,
-                              float* out) {
+void f32_clustered_decode__neon(const uint32_t* w, size_t wpr, const float* t, unsigned bits, bool /*nibbles*/,
+                                float* out) {
   switch (bits) {
     case 1: clustered_decode_bits<1>(w, wpr, t, out); break;
     case 2: clustered_decode_bits<2>(w, wpr, t, out); break;

@@ -309,7 +309,7 @@ static void arg_columns(const float* x, int64_t* y, size_t axis, size_t inner, s
 static void argreduce_impl(const ArgReduceArgs* a, size_t unit_begin, size_t unit_end) {
   const AxisShape& s = a->shape;
   if (s.axis > (size_t{1} << 24)) {  // indices are carried as floats, exact up to 2^24
-    f32_argreduce_scalar(a, unit_begin, unit_end);
+    f32_argreduce__scalar(a, unit_begin, unit_end);
     return;
   }
   if (s.inner == 1) {

@@ -16,14 +16,11 @@ import numpy as np
 
 from ...graph import Graph, Node
 from ...runtime.activations import Activation
+from ...runtime.fallback import NotLowerable  # noqa: F401 (the lowerings raise it from here)
 from .config import DeviceConfig
 from .device import Device, _cl
 from .memory import DeviceBuffer
 from .programs import ProgramCache
-
-
-class NotLowerable(Exception):
-    """This node (or this variant of its op) has no OpenCL kernel; the message says why."""
 
 
 @dataclass

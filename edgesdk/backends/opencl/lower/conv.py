@@ -249,7 +249,7 @@ def _csr(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer,
                **epilogue.defines(), **value_defines, "DELTA_BITS": enc.delta_bits}
     size = (ceil_div(geom.ow, ctx.vec) * geom.oh, geom.oc, geom.n)
     args = [x, row_ptr, deltas, values, table, epilogue.bias or ctx.dummy, y]
-    return ctx.launch("sparse.cl", "conv_csr", defines, args, size, "conv_direct")
+    return ctx.launch("conv_sparse.cl", "conv_csr", defines, args, size, "conv_direct")
 
 
 def scratch_bytes(node: Node, graph, config: DeviceConfig) -> int:
@@ -303,7 +303,7 @@ def _nnm(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: DeviceBuffer, 
     defines = {"N": geom.n, "OC": geom.oc, "KC": clusters, "GROUPS": groups, "P": geom.oh * geom.ow,
                "ASSIGN_T": "uchar" if assign_dtype == np.uint8 else "ushort",
                **storage_defines(S=False, Y=y_half), **epilogue.defines()}
-    second = ctx.launch("nnm.cl", "nnm_gather", defines, [scratch, assign, epilogue.bias or ctx.dummy, y],
+    second = ctx.launch("conv_nnm.cl", "nnm_gather", defines, [scratch, assign, epilogue.bias or ctx.dummy, y],
                         (total,), "eltwise")
     return [first, second]
 

@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) convolutions (``cl_kernels/winograd.cl``).
+"""Winograd F(2x2, 3x3) convolutions (``cl_kernels/conv_winograd.cl``).
 
 A 3x3 / stride-1 / undilated / ungrouped convolution with dense weights runs as an input
 transform into a scratch block of the arena (``winograd_input``), the 16 transformed-domain GEMMs
@@ -99,11 +99,11 @@ def winograd_launches(ctx: LoweringContext, node: Node, geom, x: DeviceBuffer, x
                "TY": ty, "TX": tx, "M_OFFSET": _m_offset(geom), "PIX": t.rows, "NV": block // ctx.vec,
                **storage_defines(X=x_half, W=u_half, Y=y_half), **epilogue.defines()}
     return [
-        ctx.launch("winograd.cl", "winograd_input", defines, [x, scratch],
+        ctx.launch("conv_winograd.cl", "winograd_input", defines, [x, scratch],
                    (ceil_div(tx, ctx.vec) * geom.n * ty, geom.c), "winograd_input"),
-        ctx.launch("winograd.cl", "winograd_gemm", defines, [scratch, u],
+        ctx.launch("conv_winograd.cl", "winograd_gemm", defines, [scratch, u],
                    (ceil_div(count, t.rows), ceil_div(geom.oc, block), 16), "winograd"),
         # x and U too: a NaN output (an infinite input, inf - inf in the transforms) is recomputed directly
-        ctx.launch("winograd.cl", "winograd_output", defines, [scratch, epilogue.bias or ctx.dummy, x, u, y],
+        ctx.launch("conv_winograd.cl", "winograd_output", defines, [scratch, epilogue.bias or ctx.dummy, x, u, y],
                    (count, ceil_div(geom.oc, ctx.vec)), "winograd_output"),
     ]

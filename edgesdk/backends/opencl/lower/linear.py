@@ -1,6 +1,6 @@
 """The opencl lowering of the linear family (``edgesdk/ops/linear.py``): Gemm (``gemm_nt``, the GEMV
 path for batch 1; compressed weights run as a 1x1 convolution) and MatMul (``gemm_nt`` for a
-constant 2-D B, else the batched kernels of ``matmul.cl``)."""
+constant 2-D B, else the batched kernels), all in ``linear.cl``."""
 from __future__ import annotations
 
 import math
@@ -53,7 +53,7 @@ def gemm_nt(ctx: LoweringContext, m: int, k: int, nout: int, x: DeviceBuffer, x_
     defines = {"GEMM_NT": 1, "M": m, "K": k, "NOUT": nout, "ROWS": rows, "BROWS": brows, "BSM": bsm, "BSO": bso,
                **storage_defines(X=x_half, W=w_half, Y=y_half), **epilogue.defines()}
     size = (ceil_div(nout, rows), ceil_div(m, brows))
-    return ctx.launch("conv.cl", "gemm_nt", defines, [x, w, epilogue.bias or ctx.dummy, y], size, "gemm_nt")
+    return ctx.launch("linear.cl", "gemm_nt", defines, [x, w, epilogue.bias or ctx.dummy, y], size, "gemm_nt")
 
 
 # Below this many rows, x @ W with a constant 2-D W runs as Gemm's kernel (PoCL, K = N = 768, best
@@ -75,18 +75,18 @@ def matmul(ctx: LoweringContext, node: Node) -> list[Launch]:
     return [_batched_matmul(ctx, node)]
 
 
-# Register blocking of matmul.cl. Device families that configure no ``matmul`` work-group size
-# (CPUs: a work-group runs on one core, local memory buys nothing) get matmul_blocked, a
-# work-item computing RM rows x NV vectors of VEC columns (conv_oc's 6 x 2 vectors tile); the
-# others (GPUs) matmul_tiled, a work-group of (TN / RN) x (TM / RM) = 64 work-items computing a
-# TM x TN tile, K staged TK at a time in local memory.
+# Register blocking of linear.cl's batched MatMul. Device families that configure no ``matmul``
+# work-group size (CPUs: a work-group runs on one core, local memory buys nothing) get
+# matmul_blocked, a work-item computing RM rows x NV vectors of VEC columns (conv_oc's 6 x 2
+# vectors tile); the others (GPUs) matmul_tiled, a work-group of (TN / RN) x (TM / RM) = 64
+# work-items computing a TM x TN tile, K staged TK at a time in local memory.
 _BLOCKED = {"RM": 6, "NV": 2}
 _TILED = {"TM": 32, "TN": 32, "TK": 8, "RM": 4, "RN": 4}
 
 
 def _batched_matmul(ctx: LoweringContext, node: Node) -> Launch:
-    """matmul.cl on A (..., M, K) @ B (..., K, N), batch dims broadcast as numpy does, 1-D operands
-    as (1, K) / (K, 1); either operand a run-time tensor or a constant."""
+    """linear.cl's batched MatMul on A (..., M, K) @ B (..., K, N), batch dims broadcast as numpy
+    does, 1-D operands as (1, K) / (K, 1); either operand a run-time tensor or a constant."""
     a_shape, b_shape = (ctx.graph.tensors[name].shape for name in node.inputs)
     y = ctx.act(node.outputs[0])
     a2 = (1,) + a_shape if len(a_shape) == 1 else a_shape
@@ -109,11 +109,11 @@ def _batched_matmul(ctx: LoweringContext, node: Node) -> Launch:
     if ctx.config.tuning("matmul").local is None:
         t = _BLOCKED
         size = (ceil_div(nn, t["NV"] * ctx.vec), ceil_div(m, t["RM"]), batches)
-        return ctx.launch("matmul.cl", "matmul_blocked", {"MATMUL_BLOCKED": 1, **t, **defines}, args, size)
+        return ctx.launch("linear.cl", "matmul_blocked", {"MATMUL_BLOCKED": 1, **t, **defines}, args, size)
     t = _TILED
     lx, ly = t["TN"] // t["RN"], t["TM"] // t["RM"]
     size = (ceil_div(nn, t["TN"]) * lx, ceil_div(m, t["TM"]) * ly, batches)
-    return ctx.launch("matmul.cl", "matmul_tiled", {"MATMUL_TILED": 1, **t, **defines}, args, size,
+    return ctx.launch("linear.cl", "matmul_tiled", {"MATMUL_TILED": 1, **t, **defines}, args, size,
                       local_size=(lx, ly, 1))
 
 

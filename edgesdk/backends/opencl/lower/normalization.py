@@ -28,7 +28,7 @@ def batch_norm(ctx: LoweringContext, node: Node) -> list[Launch]:
                **storage_defines(X=x.half, Y=y.half), **activation_defines(node.attrs.get("fused_activation"))}
     args = [x.buffer, ctx.small_float(node.inputs[1], "bn-scale", scale),
             ctx.small_float(node.inputs[2], "bn-shift", shift), y.buffer]
-    return [ctx.launch("eltwise.cl", "channel_affine", defines, args, (y.size,), "eltwise")]
+    return [ctx.launch("elementwise.cl", "channel_affine", defines, args, (y.size,), "eltwise")]
 
 
 # -- work-group sizes -----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The opencl lowering of the tensor family (``edgesdk/ops/tensor.py``): Concat (one copy per
 input), constant Pad, Gather (``gather_axis``) and every op with a strided element mapping -
 Transpose, Split (one launch per output), Slice, Expand, Tile, DepthToSpace, SpaceToDepth, and
-Gather of evenly spaced indices - on layout.cl's ``strided_copy``. Reshape is a view."""
+Gather of evenly spaced indices - on tensor.cl's ``strided_copy``. Reshape is a view."""
 from __future__ import annotations
 
 import math
@@ -24,7 +24,7 @@ def concat(ctx: LoweringContext, node: Node) -> list[Launch]:
         buffer, half, shape = operand(ctx, name)
         defines = {"CONCAT_COPY": 1, "OUTER": outer, "AX": shape[axis], "INNER": inner, "YAX": y.shape[axis],
                    "OFF": offset, **storage_defines(X=half, Y=y.half)}
-        launches.append(ctx.launch("layout.cl", "concat_copy", defines, [buffer, y.buffer],
+        launches.append(ctx.launch("tensor.cl", "concat_copy", defines, [buffer, y.buffer],
                                    (math.prod(shape),), "eltwise"))
         offset += shape[axis]
     return launches
@@ -44,7 +44,7 @@ def pad(ctx: LoweringContext, node: Node) -> list[Launch]:
                **{f"E{i}": d for i, d in enumerate(pad_rank(x.shape))},
                **{f"S{i}": s for i, s in enumerate(strides_of(pad_rank(x.shape)))},
                **{f"P{i}": p for i, p in enumerate(begins)}, **storage_defines(X=x.half, Y=y.half)}
-    return [ctx.launch("layout.cl", "pad_constant", defines, [x.buffer, y.buffer], (y.size,), "eltwise")]
+    return [ctx.launch("tensor.cl", "pad_constant", defines, [x.buffer, y.buffer], (y.size,), "eltwise")]
 
 
 # -- strided copies ---------------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def strided_copy(ctx: LoweringContext, x: DeviceBuffer, x_half: bool, y: TensorR
         defines.update({f"S{i}": s for i, s in enumerate((0,) * (MAX_RANK - len(m.strides)) + m.strides)})
     else:
         defines.update(RANK=len(m.dims), DIMS=_brace_list(m.dims), STRIDES=_brace_list(m.strides))
-    return ctx.launch("layout.cl", "strided_copy", defines, [x, y.buffer], (y.size,), "eltwise")
+    return ctx.launch("tensor.cl", "strided_copy", defines, [x, y.buffer], (y.size,), "eltwise")
 
 
 def _brace_list(values: tuple[int, ...]) -> str:
@@ -84,4 +84,4 @@ def gather(ctx: LoweringContext, node: Node) -> list[Launch]:
     defines = {"GATHER_AXIS": 1, "OUTER": math.prod(shape[:axis]), "AXIS_IN": shape[axis],
                "INNER": math.prod(shape[axis + 1:]), "NIDX": len(indices), "IDX_LONG": 0,
                **storage_defines(X=half, Y=y.half)}
-    return [ctx.launch("layout.cl", "gather_axis", defines, [buffer, index, y.buffer], (y.size,), "eltwise")]
+    return [ctx.launch("tensor.cl", "gather_axis", defines, [buffer, index, y.buffer], (y.size,), "eltwise")]

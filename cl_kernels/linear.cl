@@ -1,20 +1,101 @@
-// Batched MatMul kernels faster than conv.cl's `matmul` (one row x VEC columns per work-item,
-// every B row streamed once per output row): Y[b] (M x NN) = ACTIVATE(ALPHA * A[b] (M x K) *
-// B[b] (K x NN) (+ bias[n])), or with TRANSPOSE_B=1 B[b] stored as (NN x K) (attention's
-// Q K^T without a Transpose kernel). ALPHA fuses attention's 1/sqrt(d) scaling, the optional
-// bias a following Add of a row vector (Linear layers).
+// The linear family: Gemm (fully connected) and MatMul, bias and activation in the epilogue.
+//   gemm_nt          Gemm with constant weights: Y = ALPHA * X * W^T + BETA * bias (the GEMV path
+//                    for batch 1), and MatMul with a constant 2-D B.
+//   matmul_tiled     batched MatMul, work-group tiles in local memory (GPUs)
+//   matmul_blocked   batched MatMul, register blocks per work-item (devices configuring no
+//                    `matmul` work-group size: CPUs)
+// Gemm with compressed (clustered, CSR, NNM) weights runs as a 1x1 convolution (conv*.cl).
+
+#ifdef GEMM_NT
+// Fully connected: Y (M x NOUT) = ALPHA * X (M x K) * W^T (W is NOUT x K) + BETA * bias.
+// Work-item: ROWS outputs x BROWS batch rows, dot products VEC-wide along K. BROWS = 1 is the
+// batch-1 GEMV path: every weight is read once, which is all a bandwidth-bound GEMV can do.
+// The bias is indexed bias[m * BSM + o * BSO] (strides 0 broadcast it).
+#define KV (K / VEC * VEC)
+__kernel void gemm_nt(__global const X_T* restrict x, __global const W_T* restrict w,
+                      __global const B_T* restrict bias, __global Y_T* restrict y) {
+    const int o0 = get_global_id(0) * ROWS;
+    const int m0 = get_global_id(1) * BROWS;
+    if (o0 >= NOUT || m0 >= M) return;
+    int xrow[BROWS], wrow[ROWS];
+    floatV acc[BROWS][ROWS];
+    #pragma unroll
+    for (int b = 0; b < BROWS; ++b) {
+        xrow[b] = min(m0 + b, M - 1) * K;
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[b][r] = (floatV)(0.0f);
+    }
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) wrow[r] = min(o0 + r, NOUT - 1) * K;
+    for (int k = 0; k < KV; k += VEC) {
+        floatV wv[ROWS];
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) wv[r] = VLOAD_W(w, wrow[r] + k);
+        #pragma unroll
+        for (int b = 0; b < BROWS; ++b) {
+            const floatV xv = VLOAD_X(x, xrow[b] + k);
+            #pragma unroll
+            for (int r = 0; r < ROWS; ++r) acc[b][r] += HMULV(xv, wv[r]);
+        }
+    }
+#if K % VEC
+    // The last K % VEC columns as one zero-padded vector: the epilogue then only reduces.
+    floatV wt[ROWS];
+    #pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        float lanes[VEC];
+        #pragma unroll
+        for (int l = 0; l < VEC; ++l) lanes[l] = l < K - KV ? LOAD_W(w, wrow[r] + KV + l) : 0.0f;
+        wt[r] = vloadV(0, lanes);
+    }
+    #pragma unroll
+    for (int b = 0; b < BROWS; ++b) {
+        float lanes[VEC];
+        #pragma unroll
+        for (int l = 0; l < VEC; ++l) lanes[l] = l < K - KV ? LOAD_X(x, xrow[b] + KV + l) : 0.0f;
+        const floatV xt = vloadV(0, lanes);
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[b][r] += HMULV(xt, wt[r]);
+    }
+#endif
+    #pragma unroll
+    for (int b = 0; b < BROWS; ++b) {
+        const int m = m0 + b;
+        if (m >= M) continue;  // (not break: an early exit would stop the loop unrolling)
+        #pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int o = o0 + r;
+            if (o >= NOUT) continue;  // (not break: an early exit would stop the loop unrolling)
+            const float sum = hsum(acc[b][r]);
+#if HAS_BIAS
+            float v = ALPHA * sum + BETA * LOAD_B(bias, m * BSM + o * BSO);
+#else
+            float v = ALPHA * sum;
+#endif
+            v = ACTIVATE(v);
+            STORE_Y(y, m * NOUT + o, v);
+        }
+    }
+}
+#endif
+
+// ---- batched MatMul ----------------------------------------------------------------------------
+// Y[b] (M x NN) = ACTIVATE(ALPHA * A[b] (M x K) * B[b] (K x NN) (+ bias[n])), or with TRANSPOSE_B=1
+// B[b] stored as (NN x K) (attention's Q K^T without a Transpose kernel); numpy broadcasting over
+// up to three batch dims. ALPHA fuses attention's 1/sqrt(d) scaling, the optional bias a following
+// Add of a row vector (Linear layers).
 //
 // Shared -D constants:
 //   M, K, NN                 the product's sizes
 //   OB0 OB1 OB2              output batch dims (product = batch count; 1s where unused)
-//   SA0..SA2, SB0..SB2       per-operand element strides of those batch dims (0 = broadcast),
-//                            exactly as conv.cl's matmul
+//   SA0..SA2, SB0..SB2       per-operand element strides of those batch dims (0 = broadcast)
 //   TRANSPOSE_B              0: B[b] is K x NN (row-major); 1: B[b] is NN x K
 //   HAS_BIAS                 1: add bias[n], a row vector of NN values (W role: float or half)
 //   ALPHA (default 1), ACT/ACT_P0/ACT_P1, A_HALF, B_HALF, W_HALF (bias), Y_HALF, HALF_PRODUCTS
 // Buffers (both kernels): a A_T[...], b B_T[...], bias W_T[NN] (bind any buffer when
 //   HAS_BIAS is 0), y Y_T[batches * M * NN].
 
+#if defined(MATMUL_TILED) || defined(MATMUL_BLOCKED)
 #ifndef TRANSPOSE_B
 #define TRANSPOSE_B 0
 #endif
@@ -35,6 +116,7 @@ inline float epilogue(float acc, __global const W_T* bias, int n) {
 #endif
     return ACTIVATE(v);
 }
+#endif
 
 #ifdef MATMUL_TILED
 // Local-memory tiling for GPUs. A work-group computes a TM x TN tile of Y with
