@@ -96,3 +96,18 @@ def test_timed_runners_record_time_results_and_settle_first() -> None:
     records = op_records(steps, [0.001, 0.002], [0.5, 0.25])
     assert [(r.node, r.host_ms, r.device_ms) for r in records] == [("n0", 1.0, 0.5), ("n1", 0.0, 0.0),
                                                                    ("layout of x", 2.0, 0.25)]
+
+
+def test_bytes_moved_counts_activations_and_stored_weights_and_views_move_nothing() -> None:
+    from edgesdk.runtime.cost import layer_costs, node_bytes_moved
+    graph = load_model(single_node_model("Relu", (2, 8)))
+    (relu,) = graph.nodes
+    assert node_bytes_moved(relu, graph) == 2 * 2 * 8 * 4
+    assert layer_costs(graph)[0].bytes_moved == 2 * 2 * 8 * 4
+    from edgesdk.graph import Graph
+    g = Graph("g")
+    g.add_input("x", (4, 6))
+    g.add_constant("s", np.array([6, 4], np.int64))
+    g.add_tensor("y", (6, 4), np.float32)
+    node = g.add_node("Reshape", ["x"], ["y"], shape=(6, 4))
+    assert node_bytes_moved(node, g) == 0

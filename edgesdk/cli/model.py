@@ -26,7 +26,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "passes": sess.optimization_stats,
         "layers": [layer.to_dict() for layer in layers],
         "totals": {"layers": len(layers), "params": sum(x.params for x in layers),
-                   "macs": sum(x.macs for x in layers), "weight_bytes": weight_bytes,
+                   "macs": sum(x.macs for x in layers), "bytes_moved": sum(x.bytes_moved for x in layers),
+                   "weight_bytes": weight_bytes,
                    "stored_bytes": sum(t.stored_nbytes for t in graph.constants()),
                    "peak_activation_bytes": sess.plan.peak_activation_bytes},
     }

@@ -26,6 +26,7 @@ Importer = Callable[..., "Node | None"]          # (importer, name, inputs, outp
 ShapeRule = Callable[["Node", list[Shape]], list[Shape]]
 Kernel = Callable[..., "np.ndarray | tuple[np.ndarray, ...]"]  # (node, *inputs)
 MacsRule = Callable[["Node", "Graph"], int]
+BytesRule = Callable[["Node", "Graph"], int]
 TorchFn = Callable[..., Any]                     # (module, node, *torch inputs)
 NodeCheck = Callable[..., None]                  # (node, input shapes, dtype, SizeLimit)
 DtypeRule = Callable[["Node", list[np.dtype]], list[np.dtype]]
@@ -87,6 +88,7 @@ class OpSpec:
     shape: ShapeRule | None = None
     reference: Kernel | None = None
     macs: MacsRule | None = None
+    bytes_moved: BytesRule | None = None  # memory traffic; default: runtime.cost.default_bytes_moved
     torch: TorchFn | None = None
     check: NodeCheck | None = None
     signature: Signature | None = None
@@ -151,6 +153,9 @@ class op:
 
     def macs(self, fn: MacsRule) -> MacsRule:
         return self._set("macs", fn)
+
+    def bytes_moved(self, fn: BytesRule) -> BytesRule:
+        return self._set("bytes_moved", fn)
 
     def torch(self, fn: TorchFn) -> TorchFn:
         return self._set("torch", fn)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UnsupportedModelError
-from ..graph import Node
+from ..graph import Graph, Node
 from ..runtime.sizes import check_attribute, check_tensor_size
 from .geometry import broadcast_shapes, normalize_axis
 from .reduce import reduce_axes
@@ -126,6 +126,11 @@ def _reshape_shape(node, shapes):
     if math.prod(target) != math.prod(shapes[0]):
         raise UnsupportedModelError(f"node {node.name!r}: cannot reshape {shapes[0]} to {target}")
     return [target]
+
+
+@reshape.bytes_moved
+def _reshape_bytes(node: Node, graph: Graph) -> int:
+    return 0  # a view: every backend aliases the input's memory
 
 
 @reshape.reference
