@@ -24,3 +24,16 @@ def single_node_model(op: str, x_shape: tuple[int, ...], constants: dict[str, np
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
     model.ir_version = 8
     return model
+
+
+def graph_model(nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, ...]], outputs: list[str],
+                constants: dict[str, np.ndarray] | None = None, opset: int = 17) -> onnx.ModelProto:
+    """Model of ``nodes`` with float graph inputs of the given shapes; ``constants`` become
+    initializers; ``outputs`` are the graph outputs (shapes left to inference)."""
+    graph = oh.make_graph(
+        nodes, "g", [oh.make_tensor_value_info(n, onnx.TensorProto.FLOAT, list(s)) for n, s in inputs.items()],
+        [oh.make_empty_tensor_value_info(o) for o in outputs],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in (constants or {}).items()])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    model.ir_version = 8 if opset < 21 else 10
+    return model

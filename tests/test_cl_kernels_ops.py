@@ -35,7 +35,7 @@ TESTS = Path(__file__).resolve().parent
 GUARD = 16  # elements past every output that must stay untouched
 SENTINEL_BYTE = 0xA5
 
-# Fused-activation ids appended to common.cl (ids 0-7 are covered by tests/test_opencl_ops.py).
+# Fused-activation ids appended to common.cl (ids 0-7 are covered by tests/ops/test_conv.py and tests/test_opencl_backend.py).
 with np.errstate(all="ignore"):
     _erf = np.vectorize(math.erf, otypes=[np.float64])
 ACTIVATIONS = {

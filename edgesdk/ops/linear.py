@@ -11,7 +11,8 @@ from .geometry import broadcast_shapes
 from .registry import BOOL, FLOAT, Signature, op
 
 gemm = op("Gemm", family="linear", fusable=True,
-          signature=Signature(2, 1, {"alpha": FLOAT, "beta": FLOAT, "transA": BOOL, "transB": BOOL}))
+          signature=Signature(2, 1, {"alpha": FLOAT, "beta": FLOAT, "transA": BOOL, "transB": BOOL}),
+          note="reference kernel for: a run-time B; cpu: a C other than a row vector; opencl: transA")
 matmul = op("MatMul", family="linear", fusable=True, signature=Signature(2),
             note="batch dims broadcast; opencl: at most 3 batch dims once neighbours merge")
 

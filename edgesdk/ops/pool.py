@@ -14,7 +14,8 @@ from .registry import BOOL, Signature, op
 _POOL_ATTRS = {**WINDOW_ATTRS, "ceil_mode": BOOL}
 max_pool = op("MaxPool", family="pool", signature=Signature(1, 0, _POOL_ATTRS))
 average_pool = op("AveragePool", family="pool",
-                  signature=Signature(1, 0, {**_POOL_ATTRS, "count_include_pad": BOOL}))
+                  signature=Signature(1, 0, {**_POOL_ATTRS, "count_include_pad": BOOL}),
+                  note="cpu: a ceil_mode overhang counted with count_include_pad on the reference kernel")
 windowed = op.shared("MaxPool", "AveragePool")
 global_average_pool = op("GlobalAveragePool", family="pool", signature=Signature(1))
 global_max_pool = op("GlobalMaxPool", family="pool", signature=Signature(1))

@@ -29,7 +29,8 @@ from .registry import FLOAT, INT, STRING, Signature, ints, op
 reshape = op("Reshape", family="tensor", signature=Signature(1, 0, {"shape": ints()}))
 transpose = op("Transpose", family="tensor", signature=Signature(1, 0, {"perm": ints()}))
 concat = op("Concat", family="tensor", signature=Signature(1, 0, {"axis": INT}, variadic=True))
-pad = op("Pad", family="tensor", signature=Signature(1, 0, {"pads": ints(), "mode": STRING, "value": FLOAT}))
+pad = op("Pad", family="tensor", signature=Signature(1, 0, {"pads": ints(), "mode": STRING, "value": FLOAT}),
+         note="reflect, edge and wrap modes on the reference kernel (constant mode native)")
 views = op("Identity", "Dropout", "Flatten", "Squeeze", "Unsqueeze", family="tensor", imports_as="Reshape")
 split = op("Split", family="tensor", signature=Signature(1, 0, {"axis": INT, "split": ints()}, variadic_outputs=True),
            note="constant split sizes")

@@ -1,5 +1,7 @@
 """The elementwise family (``edgesdk/ops/elementwise.py``) on every backend: the activations and math
-functions (stand-alone and fused into a Conv/Gemm/MatMul/Add), Pow and PRelu on run-time tensors,
+functions (stand-alone and fused into a Conv/Gemm/MatMul/Add), Clip in every input form, Add, Sub,
+Mul and Div broadcasting a constant or a run-time operand over a Conv's output (NHWC on cpu), Pow
+and PRelu on run-time tensors,
 and the passes that turn exporters' activation formulas into one node (SiLU, both GELUs, Mish,
 hard-swish), which must leave the graph alone when an intermediate is used elsewhere or a constant
 differs."""
@@ -155,6 +157,87 @@ def test_torch_lowering_of_every_kind() -> None:
         want = act.apply(x.astype(np.float64))
         got = act.apply_torch(torch.from_numpy(x.astype(np.float64))).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=str(act))
+
+
+# -- Clip -------------------------------------------------------------------------------------------
+CLIP = {  # id: (opset, min and max as constant inputs (None: omitted), attributes)
+    "min_max": (17, (-0.5, 0.7), {}),
+    "min_only": (17, (0.0, None), {}),
+    "max_only": (17, (None, 0.7), {}),
+    "opset10_attributes": (10, None, {"min": -0.2, "max": 0.3}),  # upgraded to inputs at import
+}
+
+
+@pytest.mark.parametrize("case", CLIP)
+def test_clip(target, case: str) -> None:
+    opset, bounds, attrs = CLIP[case]
+    constants, names = {}, []
+    for name, value in zip(("min", "max"), bounds or ()):
+        if value is not None:
+            constants[name] = np.float32(value)
+        names.append(name if value is not None else "")
+    while names and names[-1] == "":
+        names.pop()
+    model = single_node_model("Clip", (2, 3, 5, 5), constants, opset=opset, extra_inputs=names, **attrs)
+    sess = target.check(model, {"x": randn(2, 3, 5, 5)})
+    assert ops_of(sess) == ["Clip"]
+
+
+# -- Add, Sub, Mul, Div -------------------------------------------------------------------------------
+BINARY_OPS = ["Add", "Sub", "Mul", "Div"]
+BROADCASTS = {  # id: (x shape, constant shape)
+    "per_channel": ((2, 3, 4, 5), (3, 1, 1)),
+    "same_2d": ((2, 3), (2, 3)),
+    "both_ways": ((1, 4, 1), (3, 1, 5)),
+    "scalar": ((4,), ()),
+    "last_axis": ((2, 3, 4, 5), (5,)),
+    "same_4d": ((2, 3, 4, 5), (2, 3, 4, 5)),
+}
+
+
+def divisor_safe(op: str, value: np.ndarray) -> np.ndarray:
+    """A Div's divisor kept away from 0 (a huge quotient would swamp the output's scale)."""
+    return (np.abs(value) + np.float32(0.5)).astype(np.float32) if op == "Div" else value
+
+
+@pytest.mark.parametrize("op", BINARY_OPS)
+@pytest.mark.parametrize("case", BROADCASTS)
+def test_binary_with_a_constant(target, op: str, case: str) -> None:
+    x_shape, c_shape = BROADCASTS[case]
+    const = divisor_safe(op, randn(*c_shape) if c_shape else np.float32(1.7))
+    sess = target.check(single_node_model(op, x_shape, {"C": const}), {"x": randn(*x_shape)})
+    assert ops_of(sess) == [op]
+
+
+OPERANDS_AFTER_CONV = {  # id: the other operand of y = op(Conv(x), other), Conv's output (1, 6, 7, 5)
+    "channel": (1, 6, 1, 1), "scalar": (1,), "full": (1, 6, 7, 5), "row": (5,),
+    "activation": "a second Conv's output", "activation_channel": "the Conv's GlobalAveragePool",
+}
+
+
+@pytest.mark.parametrize("op", BINARY_OPS)
+@pytest.mark.parametrize("other", OPERANDS_AFTER_CONV)
+def test_binary_after_a_conv(target, op: str, other: str) -> None:
+    """The Conv's output (NHWC storage on cpu) with a constant or a run-time operand; Sub with the
+    Conv's output second; Add and Mul again followed by a ReLU (fused into Add, Mul's stays)."""
+    nodes = [oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    constants = {"w": randn(6, 6, 3, 3, scale=1.0), "b": randn(6, scale=1.0)}
+    if other == "activation":  # the same weights: Sub gives 0 and Div 1 (c / c), exact on every backend
+        nodes.append(oh.make_node("Conv", ["x", "w", "b"], ["k"], pads=[1, 1, 1, 1]))
+    elif other == "activation_channel":
+        nodes.append(oh.make_node("GlobalAveragePool", ["c"], ["k"]))
+    else:
+        shape = OPERANDS_AFTER_CONV[other]
+        constants["k"] = divisor_safe(op, randn(*shape, scale=1.0))
+    nodes.append(oh.make_node(op, ["k", "c"] if op == "Sub" else ["c", "k"], ["y"]))
+    outputs = ["y"]
+    if op in ("Add", "Mul"):
+        nodes += [oh.make_node(op, ["c", "k"], ["t"]), oh.make_node("Relu", ["t"], ["y2"])]
+        outputs.append("y2")
+    model = model_of(nodes, {"x": (1, 6, 7, 5)}, constants, outputs=tuple(outputs))
+    sess = target.check(model, {"x": randn(1, 6, 7, 5, scale=1.0)})
+    if op == "Add":
+        assert "Add+Relu" in ops_of(sess)
 
 
 # -- Pow ------------------------------------------------------------------------------------------

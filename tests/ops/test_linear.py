@@ -1,6 +1,8 @@
-"""The linear family's MatMul (``edgesdk/ops/linear.py``) on every backend: batch dimensions with
-numpy broadcasting, 1-D operands, both operands at run time (attention's Q K^T) or one constant,
-fused activations, and an attention block (exported from torch, as ViT's is) with no fallback."""
+"""The linear family (``edgesdk/ops/linear.py``) on every backend: Gemm with transposed operands,
+alpha and beta and every shape of C; MatMul with batch dimensions and numpy broadcasting, 1-D
+operands, both operands at run time (attention's Q K^T) or one constant, fused activations, and
+an attention block (exported from torch, as ViT's is) with no fallback. (Activations fused into
+Gemm: tests/ops/test_conv.py, after a Conv's pooled output.)"""
 from __future__ import annotations
 
 import io
@@ -30,6 +32,37 @@ def model_of(nodes: list[onnx.NodeProto], inputs: dict[str, tuple[int, ...]], ou
     return model
 
 
+# -- Gemm -------------------------------------------------------------------------------------------
+TRANS_A = "Gemm with transA: no OpenCL kernel"
+C_NOT_A_ROW = "the cpu Gemm kernel adds a row-vector C only (a full or column C runs on the reference kernel)"
+# name: (A shape, B shape, C shape (None: no C, (): a scalar), attributes)
+GEMM_CASES = {
+    "plain": ((3, 5), (5, 4), (4,), {}),
+    "transB_gemv": ((1, 37), (11, 37), (11,), dict(transB=1)),
+    "transB_batch": ((6, 20), (3, 20), (1, 3), dict(transB=1)),
+    "transA_alpha_beta": ((6, 2), (6, 3), (2, 3), dict(transA=1, alpha=0.5, beta=2.0)),
+    "alpha_beta_full_c": ((5, 9), (9, 3), (5, 3), dict(alpha=0.5, beta=2.0)),
+    "column_c": ((4, 8), (8, 5), (4, 1), {}),
+    "scalar_c": ((1, 7), (7, 2), (), {}),
+    "no_c": ((4, 3), (3, 5), None, {}),
+}
+
+
+@pytest.mark.parametrize("case", GEMM_CASES)
+def test_gemm(target, case: str) -> None:
+    a, b, c, attrs = GEMM_CASES[case]
+    constants = {"B": rand(*b)}
+    if c is not None:
+        constants["C"] = rand(*c) if c else np.float32(0.3)
+    fallback = {}
+    if attrs.get("transA"):
+        fallback.update({"opencl/fp32:Gemm": TRANS_A, "opencl/fp16:Gemm": TRANS_A})
+    if c is not None and len(c) == 2 and c[0] != 1:
+        fallback.update({"cpu/fp32:Gemm": C_NOT_A_ROW, "cpu/fp16:Gemm": C_NOT_A_ROW})
+    target.check(single_node_model("Gemm", a, constants, **attrs), {"x": rand(*a)}, may_fall_back=fallback)
+
+
+# -- MatMul -----------------------------------------------------------------------------------------
 RUNTIME_CASES = {  # name: (A shape, B shape), both graph inputs
     "batched_4d": ((2, 3, 4, 5), (2, 3, 5, 6)),
     "broadcast_both": ((3, 1, 4, 5), (1, 2, 5, 6)),
@@ -51,11 +84,14 @@ def test_matmul_of_two_run_time_tensors(target, case: str) -> None:
 
 
 CONSTANT_CASES = {  # name: (run-time shape, constant shape, constant on the right)
+    "matrix": ((3, 4), (4, 5), True),
+    "matrix_one_row_odd": ((1, 37), (37, 19), True),
     "weight_2d": ((2, 3, 4, 5), (5, 6), True),          # cpu: a packed GEMM over the 24 leading rows
     "weight_2d_few_rows": ((2, 3, 5), (5, 6), True),    # opencl: Gemm's kernel below 16 rows
     "weight_2d_vector_input": ((5,), (5, 6), True),
     "weight_batched": ((2, 4, 5), (2, 5, 3), True),
     "weight_broadcast": ((2, 1, 4, 5), (3, 5, 6), True),
+    "weight_batched_rank_up": ((1, 3, 13, 32), (3, 32, 8), True),
     "weight_1d": ((2, 4, 5), (5,), True),
     "constant_left": ((2, 5, 6), (4, 5), False),        # W @ x
 }
@@ -70,17 +106,17 @@ def test_matmul_with_a_constant(target, case: str) -> None:
 
 
 def test_matmul_batch_dims_that_do_not_merge(target) -> None:
-    """Four output batch dimensions that no operand steps through evenly: beyond matmul.cl's
+    """Four output batch dimensions that no operand steps through evenly: beyond linear.cl's
     three batch indices, so OpenCL runs it on the reference kernel; the cpu's index tables take any."""
     a, b = (2, 1, 3, 1, 4, 5), (1, 2, 1, 3, 5, 6)
     model = model_of([oh.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b}, ["y"])
-    why = "matmul.cl indexes three batch dims"
+    why = "linear.cl indexes three batch dims"
     target.check(model, {"a": rand(*a), "b": rand(*b)},
                  may_fall_back={"opencl/fp32:MatMul": why, "opencl/fp16:MatMul": why})
 
 
 def test_matmul_tiled_kernel(tmp_path, monkeypatch) -> None:
-    """matmul.cl's local-memory kernel, which device families with a ``matmul`` work-group size
+    """linear.cl's local-memory kernel, which device families with a ``matmul`` work-group size
     (GPUs) run: partial tiles, broadcast batch dims, a fused activation, half storage."""
     import edgesdk
     from ops.op_tester import backend_unavailable

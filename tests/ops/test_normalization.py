@@ -1,6 +1,7 @@
 """The normalization family (``edgesdk/ops/normalization.py``) on every backend: LayerNormalization,
-InstanceNormalization, Softmax and LogSoftmax on any axis (opset >= 13 one axis, opset < 13 the
-input coerced to 2-D), what the importer refuses, torch exports, and the pass fusing the LayerNorm
+InstanceNormalization, BatchNormalization (stand-alone, unfolded), LRN, Softmax and LogSoftmax on
+any axis (opset >= 13 one axis, opset < 13 the input coerced to 2-D), each also on a Conv's
+output (NHWC on cpu), what the importer refuses, torch exports, and the pass fusing the LayerNorm
 arithmetic of torch's legacy exporter into one node."""
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from edgesdk.graph import Graph
 from edgesdk.passes import fuse_layer_norm
 from edgesdk.runtime.activations import Activation
 from conftest import ort_run
-from onnx_builders import single_node_model
+from onnx_builders import graph_model, single_node_model
 from onnx_node_cases import case_names, load_case
-from ops.op_tester import torch_export
+from ops.op_tester import provide_oracle, torch_export
 
 R = np.random.default_rng(17)
 
@@ -185,6 +186,60 @@ def test_instance_norm(target, case: str) -> None:
     target.check(model, {"x": randn(*shape, scale=2.0, shift=-1.0)})
 
 
+# -- BatchNormalization and LRN ----------------------------------------------------------------------
+def batchnorm_constants(c: int) -> dict[str, np.ndarray]:
+    return {"s": randn(c), "b": randn(c), "m": randn(c), "v": np.abs(randn(c)) + np.float32(0.5)}
+
+
+def test_batchnorm(target) -> None:
+    """A BatchNormalization no Conv or Gemm precedes (nothing to fold it into)."""
+    model = single_node_model("BatchNormalization", (2, 5, 4, 4), batchnorm_constants(5), epsilon=1e-3)
+    target.check(model, {"x": randn(2, 5, 4, 4)})
+
+
+LRN_ON_CPU = "no native cpu LRN: it runs the reference kernel (README's operator table)"
+LRN_FALLBACK = {"cpu/fp32:LRN": LRN_ON_CPU, "cpu/fp16:LRN": LRN_ON_CPU}
+LRN_CASES = {  # id: (x shape, attributes)
+    "size3": ((2, 9, 5, 4), dict(size=3, alpha=1e-2, beta=0.75, bias=1.5)),
+    "size4_even": ((2, 9, 5, 4), dict(size=4, alpha=1e-2, beta=0.75, bias=1.5)),
+    "size5": ((2, 9, 5, 4), dict(size=5, alpha=1e-2, beta=0.75, bias=1.5)),
+    "size5_default_attributes": ((1, 7, 5, 5), dict(size=5)),
+}
+
+
+def lrn_of(x: np.ndarray, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> np.ndarray:
+    """The ONNX definition in float64: the squares of channels c - floor((size - 1) / 2) to
+    c + ceil((size - 1) / 2), clipped to the input's."""
+    x64, c = x.astype(np.float64), x.shape[1]
+    window = np.zeros_like(x64)
+    for i in range(c):
+        window[:, i] = np.square(x64[:, max(0, i - (size - 1) // 2): min(c, i + size // 2 + 1)]).sum(axis=1)
+    return (x64 / (bias + alpha / size * window) ** beta).astype(np.float32)
+
+
+@pytest.mark.parametrize("case", LRN_CASES)
+def test_lrn(target, case: str) -> None:
+    shape, attrs = LRN_CASES[case]
+    model, feeds = single_node_model("LRN", shape, **attrs), {"x": randn(*shape)}
+    if attrs["size"] % 2 == 0:  # ONNX Runtime takes odd sizes only: the fp32 oracle is numpy's
+        provide_oracle(model, feeds, [lrn_of(feeds["x"], **attrs)])
+    target.check(model, feeds, may_fall_back=LRN_FALLBACK)
+
+
+@pytest.mark.parametrize("op", ["BatchNormalization", "LRN"])
+def test_batchnorm_and_lrn_of_a_channels_last_tensor(target, op: str) -> None:
+    """The Conv's output is a graph output too, so the BatchNormalization does not fold into it."""
+    constants = {"w": randn(6, 3, 3, 3, scale=0.3)}
+    if op == "BatchNormalization":
+        constants.update(batchnorm_constants(6))
+    attrs = dict(epsilon=1e-5) if op == "BatchNormalization" else dict(size=3, alpha=1e-3, beta=0.75, bias=2.0)
+    nodes = [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             oh.make_node(op, ["c", *list(constants)[1:]], ["y"], **attrs)]
+    model = graph_model(nodes, {"x": (1, 3, 5, 7)}, ["c", "y"], constants)
+    sess = target.check(model, {"x": randn(1, 3, 5, 7)}, may_fall_back=LRN_FALLBACK)
+    assert [n.op for n in sess.graph.nodes] == ["Conv", op]
+
+
 # -- Softmax and LogSoftmax ------------------------------------------------------------------------
 SOFTMAX_CASES = {  # shape, opset, axis (None: the opset's default)
     "last_axis": ((3, 10), 13, None),
@@ -266,6 +321,14 @@ def _conv_then(op: str, constants: dict[str, np.ndarray] | None = None, **attrs)
 @pytest.mark.parametrize("axis", [1, 2, 3])
 def test_softmax_of_a_channels_last_tensor(target, op: str, axis: int) -> None:
     target.check(_conv_then(op, axis=axis), {"x": randn(1, 3, 5, 7)})
+
+
+def test_opset11_softmax_of_a_channels_last_tensor(target) -> None:
+    """Opset 11's Softmax coerces the input to 2-D at the axis: (1, 6 * 5 * 7) rows at axis 1
+    here would be one row; at axis 2, 6 rows of 5 * 7 read across the NHWC storage."""
+    nodes = [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), oh.make_node("Softmax", ["c"], ["y"], axis=2)]
+    model = graph_model(nodes, {"x": (1, 3, 5, 7)}, ["y"], {"w": randn(6, 3, 3, 3, scale=0.3)}, opset=11)
+    target.check(model, {"x": randn(1, 3, 5, 7)})
 
 
 @pytest.mark.parametrize("op,constants,attrs", [

@@ -89,14 +89,16 @@ def conv_then(reduce_node: onnx.NodeProto, x_shape=(1, 3, 6, 5), channels: int =
     ("ReduceMax", {"axes": [2, 3], "keepdims": 0}),  # kept (N, C) come out in graph order
     ("ReduceL2", {"axes": [2], "keepdims": 0}),      # kept (N, W, C) would not: reads graph order
     ("ArgMax", {"axis": 1, "keepdims": 1}),
+    ("ReduceMean", {"axes": [2, 3], "keepdims": 0}),  # a GlobalAveragePool of the NHWC storage
 ])
 def test_reduce_after_a_convolution(target, op: str, attrs: dict) -> None:
     node = oh.make_node(op, ["c"], ["y"], **attrs)
     target.check(conv_then(node), {"x": R.integers(-3, 4, (1, 3, 6, 5)).astype(np.float32)})
 
 
-def test_spatial_mean_is_a_global_average_pool(target) -> None:
-    sess = target.check(reduce_model("ReduceMean", (2, 6, 5, 4), [2, 3], keepdims=0),
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_spatial_mean_is_a_global_average_pool(target, keepdims: int) -> None:
+    sess = target.check(reduce_model("ReduceMean", (2, 6, 5, 4), [2, 3], keepdims=keepdims),
                         {"x": R.standard_normal((2, 6, 5, 4)).astype(np.float32)})
     assert [n.op for n in sess.graph.nodes if n.op != "Reshape"] == ["GlobalAveragePool"]
 

@@ -1,6 +1,8 @@
-"""The tensor family (``edgesdk/ops/tensor.py``) on every backend: Split, Slice, Gather, Expand,
-Tile, Transpose, Concat, DepthToSpace and SpaceToDepth on run-time tensors, in every attribute
-form the exporters emit; views where the cpu backend can make them; a torch export; the errors."""
+"""The tensor family (``edgesdk/ops/tensor.py``) on every backend: Reshape and the ops imported as
+it (Flatten, Squeeze, Unsqueeze, Identity, Dropout), Pad, Split, Slice, Gather, Expand, Tile,
+Transpose, Concat, DepthToSpace and SpaceToDepth on run-time tensors, in every attribute form the
+exporters emit, also on a Conv's output (NHWC on cpu); views where the cpu backend can make them;
+a torch export; the errors."""
 from __future__ import annotations
 
 import io
@@ -49,6 +51,69 @@ def _conv_then(op_nodes: list, x_shape: tuple[int, ...], outputs: list[str], cha
 
 def _placements(session: edgesdk.Session) -> dict[str, str]:
     return session._impl.placements
+
+
+# -- Reshape and the views imported as it --------------------------------------------------------------
+VIEW_CASES = {
+    # name: (op, x shape, constants, attributes, opset)
+    "reshape_zero_and_minus_one": ("Reshape", (2, 3, 4, 5), {"shape": _ints(0, -1, 5)}, {}, 17),
+    "flatten_axis1": ("Flatten", (2, 3, 4, 5), {}, {"axis": 1}, 17),
+    "flatten_axis2": ("Flatten", (2, 3, 4, 5), {}, {"axis": 2}, 17),
+    "flatten_last_axis": ("Flatten", (2, 3, 4, 5), {}, {"axis": -1}, 17),
+    "unsqueeze_axes_input": ("Unsqueeze", (2, 3, 4, 5), {"axes": _ints(0, -1)}, {}, 17),
+    "unsqueeze_opset11_attribute": ("Unsqueeze", (2, 3, 4, 5), {}, {"axes": [1]}, 11),
+    "squeeze_axes_input": ("Squeeze", (2, 1, 4, 1), {"axes": _ints(1)}, {}, 17),
+    "squeeze_every_unit_axis": ("Squeeze", (2, 1, 4, 1), {}, {}, 17),
+    "identity": ("Identity", (2, 3, 4, 5), {}, {}, 17),
+    "dropout_ratio": ("Dropout", (2, 3, 4, 5), {"ratio": np.float32(0.3)}, {}, 17),  # inference: a copy
+}
+
+
+@pytest.mark.parametrize("case", VIEW_CASES)
+def test_reshape_and_views(target, case: str) -> None:
+    op, shape, constants, attrs, opset = VIEW_CASES[case]
+    sess = target.check(single_node_model(op, shape, constants, opset=opset, **attrs), _x(shape),
+                        exact=target.precision == "fp32")
+    assert {n.op for n in sess.graph.nodes} <= {"Reshape"}
+
+
+# -- Pad ----------------------------------------------------------------------------------------------
+NO_PAD_KERNEL = "only constant padding has a native kernel (cpu and OpenCL)"
+PAD_CASES = {
+    # name: (x shape, pads, mode, constant value or None)
+    "constant_value": ((1, 3, 5, 6), (0, 0, 1, 2, 0, 1, 2, 0), "constant", 0.5),
+    "reflect": ((1, 3, 5, 6), (0, 0, 1, 2, 0, 1, 2, 0), "reflect", None),
+    "edge": ((1, 3, 5, 6), (0, 0, 1, 2, 0, 1, 2, 0), "edge", None),
+    "negative_crops": ((1, 2, 6, 6), (0, 0, -1, 2, 0, 0, 1, -2), "constant", None),
+    "pad_and_crop_channels": ((1, 3, 5, 6), (0, 0, 2, -1, 0, 1, 1, 2), "constant", 0.5),
+    # a crop larger than the dimension eats the padding (+10 / -10 on 4 rows: 4 padding rows)
+    "pad_then_crop_past_it": ((1, 2, 4, 5), (0, 0, 10, 0, 0, 0, -10, 0), "constant", 0.25),
+    "crop_past_then_pad": ((1, 2, 4, 5), (0, 0, -10, 0, 0, 0, 10, 0), "constant", 0.25),
+    "crops_past_both_axes": ((1, 2, 4, 5), (0, 0, 6, -5, 0, 0, -9, 2), "constant", 0.25),
+    "crop_all_pad_three": ((1, 2, 4, 5), (0, 0, -4, 0, 0, 0, 3, 0), "constant", 0.25),
+}
+
+
+@pytest.mark.parametrize("case", PAD_CASES)
+def test_pad(target, case: str) -> None:
+    shape, pads, mode, value = PAD_CASES[case]
+    constants = {"pads": _ints(*pads), **({"value": np.float32(value)} if value is not None else {})}
+    fallback = {"Pad": NO_PAD_KERNEL} if mode != "constant" else None
+    target.check(single_node_model("Pad", shape, constants, mode=mode), _x(shape), may_fall_back=fallback)
+
+
+AFTER_CONV_CASES = {  # name: (nodes reading the Conv's output "c", (1, 6, 7, 5), and the input "x"; constants)
+    "reshape_flat": ([oh.make_node("Reshape", ["c", "flat"], ["y"])], {"flat": _ints(1, 6 * 7 * 5)}),
+    "transpose_nwch": ([oh.make_node("Transpose", ["c"], ["y"], perm=[0, 3, 1, 2])], {}),
+    "concat_with_the_nchw_input": ([oh.make_node("Concat", ["c", "x"], ["y"], axis=1)], {}),
+    "pad": ([oh.make_node("Pad", ["c", "pads"], ["y"])], {"pads": _ints(0, 0, 1, 0, 0, 0, 0, 2)}),
+}
+
+
+@pytest.mark.parametrize("case", AFTER_CONV_CASES)
+def test_after_a_conv(target, case: str) -> None:
+    nodes, constants = AFTER_CONV_CASES[case]
+    target.check(_conv_then(nodes, (1, 6, 7, 5), ["y"], 6, constants), _x((1, 6, 7, 5)))
 
 
 # -- Split --------------------------------------------------------------------------------------------
@@ -189,6 +254,9 @@ def test_tile(target, case: str) -> None:
 
 # -- Transpose ----------------------------------------------------------------------------------------
 TRANSPOSE_CASES = {
+    "2d": ((4, 5), (1, 0)),
+    "nchw_to_nhwc": ((2, 3, 4, 5), (0, 2, 3, 1)),
+    "4d_reversed": ((2, 3, 4, 5), (3, 2, 1, 0)),
     "5d": ((2, 3, 4, 5, 6), (0, 2, 3, 4, 1)),
     "rank7_reversed": ((2, 3, 2, 3, 2, 3, 2), (6, 5, 4, 3, 2, 1, 0)),  # no dims merge: 7 > 6
     "default_perm": ((3, 4, 5), None),
@@ -216,6 +284,14 @@ def test_concat_of_a_constant_class_token_and_patches(target) -> None:
     token = R.standard_normal((1, 1, 8)).astype(np.float32)
     model = _model([oh.make_node("Concat", ["token", "x"], ["y"], axis=1)], (1, 6, 8), ["y"], {"token": token})
     target.check(model, _x((1, 6, 8)))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -2, 3])
+def test_concat_with_a_constant(target, axis: int) -> None:
+    other = [2, 3, 4, 5]
+    other[axis] = 3 if axis != -2 else 1
+    model = single_node_model("Concat", (2, 3, 4, 5), {"c": R.standard_normal(other).astype(np.float32)}, axis=axis)
+    target.check(model, _x((2, 3, 4, 5)), exact=target.precision == "fp32")
 
 
 CONCAT_CASES = {
