@@ -253,6 +253,9 @@ void test_depthwise(const KernelTable& t) {
       // and single remainder pixels, dilated, strided, unpadded, channel tails.
       {1, 4, 37, 19, 1, geom(3, 3, 1, 1, 1, 1, 1, 1)}, {1, 5, 40, 33, 1, geom(5, 5, 1, 2, 4, 4, 4, 4)},
       {2, 5, 35, 16, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)}, {1, 3, 20, 8, 1, geom(3, 3, 1, 1, 0, 0, 0, 0)},
+      // ... and every compile-time window of the column kernels (3x3/5x5, stride 2, dilation 2).
+      {1, 6, 44, 24, 1, geom(5, 5, 2, 1, 2, 2, 2, 2)}, {1, 5, 30, 20, 1, geom(3, 3, 1, 2, 2, 2, 2, 2)},
+      {1, 6, 33, 12, 1, geom(5, 5, 1, 1, 2, 2, 2, 2)},
   };
   size_t index = 0;
   for (const Case& cs : cases) {
