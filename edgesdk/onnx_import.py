@@ -197,11 +197,21 @@ class _Importer:
             found.update({vi.name: vi for vi in inferred if vi.name in names and vi.name not in found})
         return found
 
+    def np_dtype(self, elem_type: int, what: str) -> np.dtype:
+        """The numpy dtype of an ONNX data type number; one that this onnx does not define (a
+        corrupt file, or one from a newer ONNX) is a one-line error, not a KeyError."""
+        try:
+            return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+        except (KeyError, TypeError, ValueError):
+            raise UnsupportedModelError(
+                f"{what} has ONNX data type {elem_type}, which onnx {onnx.__version__} does not define: the "
+                f"file is corrupt or from a newer ONNX version (re-export it, or upgrade onnx)") from None
+
     def _note_interface_dtype(self, vi: onnx.ValueInfoProto | None, name: str) -> None:
         """Remember a float16 graph input or output: the Session converts at its interface."""
         if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
             return
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+        dtype = self.np_dtype(vi.type.tensor_type.elem_type, f"tensor {name!r}")
         if dtype in _STORED_AS and self.graph.tensors[name].dtype == _STORED_AS[dtype]:
             self.graph.metadata.setdefault("interface_dtypes", {})[name] = dtype.name
 
@@ -209,7 +219,7 @@ class _Importer:
         ttype = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise UnsupportedModelError(f"input {vi.name!r} is not a tensor")
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type) if ttype.elem_type else None
+        dtype = self.np_dtype(ttype.elem_type, f"input {vi.name!r}") if ttype.elem_type else None
         if dtype not in (np.float32, np.float16):
             raise UnsupportedModelError(
                 f"input {vi.name!r} has dtype {dtype}; edgesdk runs float32 and float16 models (export "

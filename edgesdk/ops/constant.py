@@ -60,11 +60,10 @@ def _import_shape_of(imp, name, inputs, outputs, attrs):
 
 
 def _import_cast(imp, name, inputs, outputs, attrs):
-    import onnx.helper
     if len(inputs) > 1:  # CastLike: the target type is the second input's
         target = imp.graph.tensors[inputs[1]].dtype
     else:
-        target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"]))
+        target = imp.np_dtype(attrs["to"], f"node {name!r}'s Cast target")
     target = imp.stored_dtype(target)  # a cast to float16 is a cast to float32 inside (float16 models)
     value = imp.graph.const(inputs[0])
     if value is not None:  # CastLike needs only the other input's (static) dtype, not its value
