@@ -4,7 +4,8 @@ exported to ONNX and checked against edgesdk's backends (issue 13).
 
     .venv/bin/python tools/real_models.py setup                 # export venv + rapidocr wheel (idempotent)
     .venv/bin/python tools/real_models.py export [NAMES...] [--exporter legacy|dynamo|both] [--opset 17]
-    .venv/bin/python tools/real_models.py report [NAMES...] [--backends reference,cpu,opencl] [--json out.json]
+    .venv/bin/python tools/real_models.py report [NAMES...] [--backends reference,cpu,opencl] [--precisions fp32,fp16]
+                                                 [--json out.json] [--markdown out.md]
     .venv/bin/python tools/real_models.py list
 
 Everything lands in tools/real_models/.cache (gitignored; EDGESDK_REAL_MODELS_CACHE moves it). The
@@ -155,37 +156,42 @@ def cmd_setup(args: argparse.Namespace) -> int:
     return rc
 
 
-def fetch_rapidocr() -> int:
+def fetch_rapidocr(wheels: Path | None = None, out_dir: Path | None = None) -> int:
+    """Download the rapidocr wheel (pip download, cached in ``wheels``) and unpack its PP-OCR .onnx files
+    as ``out_dir/<catalog name>.onnx`` with a ``.json`` each; 0 on success, 1 when pip cannot fetch it.
+    Defaults: the tool's cache (``C.WHEELS``, ``C.ONNX_DIR/rapidocr_onnxruntime-1.4.4``); tests/test_real_models.py
+    passes its own directories."""
     name, version = C.RAPIDOCR.split("==")
-    C.WHEELS.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(C.WHEELS.glob(f"{name}-{version}-*.whl"))
-    if not wheels:
+    wheels = wheels or C.WHEELS
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"{name}-{version}-*.whl"))
+    if not found:
         rc = _stream([sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "off",
-                      "-d", str(C.WHEELS), C.RAPIDOCR])
-        wheels = sorted(C.WHEELS.glob(f"{name}-{version}-*.whl"))
-        if rc or not wheels:
+                      "--retries", "1", "-d", str(wheels), C.RAPIDOCR])
+        found = sorted(wheels.glob(f"{name}-{version}-*.whl"))
+        if rc or not found:
             log(f"  FAILED: pip download {C.RAPIDOCR} exited {rc}")
             return 1
     else:
-        log(f"  wheel cached: {wheels[0].name}")
+        log(f"  wheel cached: {found[0].name}")
     specs = [s for s in C.CATALOG if s.source == "rapidocr"]
-    with zipfile.ZipFile(wheels[0]) as zf:
+    with zipfile.ZipFile(found[0]) as zf:
         members = {Path(n).name: n for n in zf.namelist() if n.endswith(".onnx")}
         log(f"  .onnx files in the wheel: {', '.join(sorted(members))}")
         for spec in specs:
-            out_dir = C.export_dir(spec, {})
-            onnx_path = out_dir / f"{spec.name}.onnx"
-            meta_path = out_dir / f"{spec.name}.json"
+            spec_dir = out_dir or C.export_dir(spec, {})
+            onnx_path = spec_dir / f"{spec.name}.onnx"
+            meta_path = spec_dir / f"{spec.name}.json"
             if onnx_path.exists() and meta_path.exists():
                 log(f"  {spec.name}: cached")
                 continue
             if spec.arch not in members:
                 C.write_json_atomic(meta_path, {"name": spec.name, "exporter": "wheel", "status": "failed",
-                                                "error": f"{spec.arch} is not in {wheels[0].name}"})
+                                                "error": f"{spec.arch} is not in {found[0].name}"})
                 log(f"  {spec.name}: FAILED, {spec.arch} not in the wheel")
                 continue
-            out_dir.mkdir(parents=True, exist_ok=True)
-            tmp = onnx_path.with_name(f".{onnx_path.name}.tmp")
+            spec_dir.mkdir(parents=True, exist_ok=True)
+            tmp = onnx_path.with_name(f".{onnx_path.name}.{os.getpid()}.tmp")
             with zf.open(members[spec.arch]) as src, open(tmp, "wb") as dst:
                 shutil.copyfileobj(src, dst)
             os.replace(tmp, onnx_path)
@@ -193,7 +199,7 @@ def fetch_rapidocr() -> int:
                 "name": spec.name, "exporter": "wheel", "status": "ok", "source": C.RAPIDOCR,
                 "member": members[spec.arch], "path": str(onnx_path), "bytes": onnx_path.stat().st_size,
                 "sha256_16": C.file_sha(onnx_path), "shape": list(spec.shape)})
-            log(f"  {spec.name}: {members[spec.arch]} -> {onnx_path.relative_to(C.CACHE)}")
+            log(f"  {spec.name}: {members[spec.arch]} -> {onnx_path}")
     return 0
 
 
@@ -319,6 +325,7 @@ def exported_files(specs: list[C.ModelSpec], exporters: list[str], opset: int, v
 def cmd_report(args: argparse.Namespace) -> int:
     versions = C.load_versions()
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     specs = C.select(args.names)
     rows = exported_files(specs, _exporters(args.exporter), args.opset, versions)
     if not rows:
@@ -338,16 +345,17 @@ def cmd_report(args: argparse.Namespace) -> int:
             continue
         path = Path(meta["path"])
         out = C.RESULTS_DIR / f"{stem(spec, exp, args.opset)}.check.json"
-        cache_key = {"sha": meta.get("sha256_16"), "backends": backends, "census": not args.no_census,
-                     "edgesdk": _edgesdk_stamp()}
+        cache_key = {"sha": meta.get("sha256_16"), "backends": backends, "precisions": precisions,
+                     "census": not args.no_census, "edgesdk": _edgesdk_stamp()}
         old = read_meta(out)
         if old and old.get("cache_key") == cache_key and not args.force and old.get("complete"):
             rec.update(old)
             results.append(rec)
-            log(f"  {spec.name:34s} {exp:7s} cached check  {_short(rec, backends)}")
+            log(f"  {spec.name:34s} {exp:7s} cached check  {_short(rec, backends, precisions)}")
             continue
         cmd = [sys.executable, str(CHECK_WORKER), "--model", str(path), "--shape",
-               "x".join(map(str, spec.shape)), "--backends", ",".join(backends), "--out", str(out),
+               "x".join(map(str, spec.shape)), "--backends", ",".join(backends),
+               "--precisions", ",".join(precisions), "--out", str(out),
                "--threads", str(args.threads)]
         if args.no_census:
             cmd.append("--no-census")
@@ -365,11 +373,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             crash = f"timeout: the check ran past {args.timeout} s"
         got = read_meta(out) or {}
         if crash:  # what the worker finished before it died is kept; the step it was in gets the error
-            got.setdefault("backends", {})
-            for b in backends:
-                got["backends"].setdefault(b, {"loads": False, "error": crash})
+            for p in precisions:
+                slot = got.setdefault(_slot(p), {})
+                for b in backends:
+                    slot.setdefault(b, {"loads": False, "error": crash})
             step = got.get("in_progress")
-            if step and step not in backends:
+            if step and step not in backends and step.split("/")[0] not in backends:
                 got.setdefault("errors", {})[step] = crash
         got["cache_key"] = cache_key
         got["complete"] = not crash
@@ -377,14 +386,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         C.write_json_atomic(out, got)
         rec.update(got)
         results.append(rec)
-        log(f"  {spec.name:34s} {exp:7s} {got['check_seconds']:6.1f} s  {_short(rec, backends)}")
+        log(f"  {spec.name:34s} {exp:7s} {got['check_seconds']:6.1f} s  {_short(rec, backends, precisions)}")
     log(f"checks done in {time.monotonic() - t_all:.1f} s")
     supported = _supported_ops()
-    text = render_report(results, backends, supported, versions)
+    text = render_report(results, backends, supported, versions, precisions)
     print()
     print(text)
     if args.json:
-        C.write_json_atomic(Path(args.json), {"versions": versions, "backends": backends, "results": results,
+        C.write_json_atomic(Path(args.json), {"versions": versions, "backends": backends, "precisions": precisions,
+                                              "tolerances": TOLERANCE, "results": results,
                                               "machine": _machine(), "edgesdk": _git_state(),
                                               "date": time.strftime("%Y-%m-%d %H:%M %Z")})
         log(f"json -> {args.json}")
@@ -437,16 +447,29 @@ def _fmt_err(x) -> str:
     return f"{x:.1e}"
 
 
-def _short(rec: dict, backends: list[str]) -> str:
+def _slot(precision: str) -> str:
+    """Where check_worker puts a precision's per-backend results."""
+    return "backends" if precision == "fp32" else f"backends_{precision}"
+
+
+# issue 13: within 1e-4 of ONNX Runtime in fp32, 1e-2 in fp16 (relative to the output's max |value|)
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
+
+
+def _short(rec: dict, backends: list[str], precisions: list[str] = ("fp32",)) -> str:
     parts = []
-    for b in backends:
-        r = rec.get("backends", {}).get(b, {})
-        if r.get("loads") and r.get("runs", True) and "max_rel_err" in r:
-            parts.append(f"{b} ok {_fmt_err(r.get('max_rel_err'))}")
-        elif r.get("loads"):
-            parts.append(f"{b} loads, run failed: {r.get('run_error', '')[:80]}")
-        else:
-            parts.append(f"{b} FAIL")
+    for p in precisions:
+        for b in backends:
+            r = rec.get(_slot(p), {}).get(b, {})
+            label = b if p == "fp32" else f"{b}/{p}"
+            if r.get("loads") and r.get("runs", True) and "max_rel_err" in r:
+                parts.append(f"{label} ok {_fmt_err(r.get('max_rel_err'))}")
+            elif r.get("loads"):
+                parts.append(f"{label} loads, run failed: {r.get('run_error', '')[:80]}")
+            elif r.get("unavailable"):
+                parts.append(f"{label} n/a")
+            else:
+                parts.append(f"{label} FAIL")
     err = next((rec["backends"][b].get("error") for b in backends
                 if not rec.get("backends", {}).get(b, {}).get("loads")), None)
     return "; ".join(parts) + (f" | {err[:140]}" if err else "")
@@ -464,14 +487,44 @@ def _blockers(rec: dict) -> list[str]:
     return sorted(cats)
 
 
-def render_report(results: list[dict], backends: list[str], supported: list[str], versions: dict) -> str:
+def _fallback_cell(rs: dict[str, dict]) -> str:
+    """The cpu/opencl fallback of one precision: "none", or per backend its nodes, ops and MAC shares."""
+    parts = []
+    loaded = False
+    for b, r in rs.items():
+        if b == "reference" or not r.get("loads"):
+            continue
+        loaded = True
+        fb = r.get("fallback") or {}
+        if fb.get("nodes"):
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(fb.get("ops", {}).items()))
+            parts.append(f"{b}: {fb['nodes']} nodes ({ops}; {fb.get('macs_share', 0) * 100:.1f}% MACs, "
+                         f"heaviest node {fb.get('max_node_macs_share', 0) * 100:.1f}%)")
+    return "; ".join(parts) if parts else ("none" if loaded else "-")
+
+
+def _err_cell(r: dict, tol: float) -> str:
+    if r.get("max_rel_err") is not None:
+        e = r["max_rel_err"]
+        return _fmt_err(e) + (f" (> {tol:g})" if e > tol else "")
+    if r.get("loads"):
+        return "run fails"
+    if r.get("unavailable"):
+        return "n/a"
+    return "-" if not r else "no"
+
+
+def render_report(results: list[dict], backends: list[str], supported: list[str], versions: dict,
+                  precisions: list[str] = ("fp32",)) -> str:
     lines = []
-    head = ["model", "exporter (opset)", *backends, "missing op types", "first load error", "max rel err",
-            "cpu fallback"]
+    low = [p for p in precisions if p != "fp32"]
+    head = ["model", "exporter (opset)", *backends, "missing op types", "first load error", "fp32 max rel err",
+            *(f"{p} {b}" for p in low for b in backends), "fp32 fallback", *(f"{p} fallback" for p in low)]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "|".join("---" for _ in head) + "|")
     loads_all = 0
     checked = 0
+    over: list[str] = []
     for rec in results:
         ex = rec.get("export") or {}
         opset = ex.get("file_opset") or rec.get("file_opset")
@@ -479,7 +532,8 @@ def render_report(results: list[dict], backends: list[str], supported: list[str]
                  + (" INVALID" if ex.get("checker_error") else "")]
         if rec.get("status") == "not exported":
             err = (rec.get("export") or {}).get("error") or ""
-            cells += ["-" for _ in backends] + ["-", f"export failed: {_md(err[:160])}", "-", "-"]
+            cells += (["-" for _ in backends] + ["-", f"export failed: {_md(err[:160])}", "-"]
+                      + ["-" for _ in low for _b in backends] + ["-"] + ["-" for _ in low])
             lines.append("| " + " | ".join(cells) + " |")
             continue
         checked += 1
@@ -511,20 +565,28 @@ def render_report(results: list[dict], backends: list[str], supported: list[str]
             err = (err + "; " if err else "") + f"ONNX Runtime refuses it: {ort_err[:160]}"
         cells.append(_md(err) if err else "-")
         rel = [bk[b].get("max_rel_err") for b in backends if bk.get(b, {}).get("max_rel_err") is not None]
-        cells.append(_fmt_err(max(rel)) if rel else "-")
-        fb = bk.get("cpu", {}).get("fallback") or {}
-        if fb.get("nodes"):
-            ops = ", ".join(f"{op} x{n}" for op, n in sorted(fb.get("ops", {}).items()))
-            cells.append(f"{fb['nodes']} nodes ({ops}; {fb.get('macs_share', 0) * 100:.1f}% MACs)")
-        elif bk.get("cpu", {}).get("loads"):
-            cells.append("none")
-        else:
-            cells.append("-")
+        worst = max(rel) if rel else None
+        cells.append(_err_cell({"max_rel_err": worst}, TOLERANCE["fp32"]) if rel else "-")
+        if worst is not None and worst > TOLERANCE["fp32"]:
+            over.append(f"{rec['model']} {rec['exporter']} fp32 ({_fmt_err(worst)})")
+        for p in low:
+            for b in backends:
+                r = rec.get(_slot(p), {}).get(b, {})
+                cells.append(_err_cell(r, TOLERANCE.get(p, 1e-2)))
+                if r.get("max_rel_err") is not None and r["max_rel_err"] > TOLERANCE.get(p, 1e-2):
+                    over.append(f"{rec['model']} {rec['exporter']} {b}/{p} ({_fmt_err(r['max_rel_err'])})")
+        cells.append(_fallback_cell(bk))
+        for p in low:
+            cells.append(_fallback_cell(rec.get(_slot(p), {})))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(f"{loads_all} of {checked} exported model files load and run on every backend "
                  f"({', '.join(backends)}); {sum(1 for r in results if r.get('status') == 'not exported')} "
                  f"exports failed.")
+    lines.append("")
+    tol = ", ".join(f"{p} {TOLERANCE.get(p, 1e-2):g}" for p in precisions)
+    lines.append(f"Beyond the tolerance ({tol}; max |edgesdk - ORT fp32| / max |ORT fp32|): "
+                 + (", ".join(over) if over else "none") + ".")
     lines.append("")
     # rankings: per distinct architecture (a model counts once whichever exporter needs the op)
     by_model_static: dict[str, set[str]] = defaultdict(set)
@@ -608,6 +670,8 @@ def main(argv=None) -> int:
             s.add_argument("-v", "--verbose", action="store_true", help="echo the workers' output")
         else:
             s.add_argument("--backends", default="reference,cpu,opencl")
+            s.add_argument("--precisions", default="fp32,fp16",
+                           help="fp16 is checked against the same fp32 ONNX Runtime outputs (default fp32,fp16)")
             s.add_argument("--timeout", type=int, default=600, help="seconds per model file (default 600)")
             s.add_argument("--no-census", action="store_true", help="skip the census of every refused node")
             s.add_argument("--json", help="write every result to this JSON file")

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph import Graph, Node
 from ..ops import evaluate
-from .precision import FP32_ONLY_OPS, round_to_storage
+from .precision import FP32_ONLY_OPS, round_constant, round_to_storage
 
 FALLBACK_PLACEMENT = "reference"
 log = logging.getLogger("edgesdk.fallback")
@@ -43,7 +43,7 @@ class ReferenceStep:
         constants, runtime = [], []
         for name in node.inputs:
             value = graph.const(name) if name else None
-            constants.append(None if value is None else round_to_storage(np.asarray(value), precision))
+            constants.append(None if value is None else round_constant(np.asarray(value), precision))
             if name and value is None:
                 runtime.append(name)
         return cls(node, reason, precision, tuple(runtime), tuple(constants))

@@ -1,15 +1,18 @@
 """Check one ONNX file against edgesdk (runs in the project venv, one process per file).
 
     .venv/bin/python tools/real_models/check_worker.py --model m.onnx --shape 1x3x224x224 \
-        --backends reference,cpu,opencl --out result.json
+        --backends reference,cpu,opencl --precisions fp32,fp16 --out result.json
 
 Records the model's op types and those edgesdk's importer lacks; ONNX Runtime's outputs on one
 random input; for each backend whether ``edgesdk.Session`` loads it (else the error line), the
 max relative error against ONNX Runtime (max |edgesdk - ort| / max |ort|, per output, the worst),
-and the nodes placed on the reference fallback. Then a census: the import is replayed continuing
-past every node the importer refuses (its outputs taken from ONNX Runtime), so that every blocker
-of the model is listed, not only the first. The result file is rewritten after each step, so a
-crash or timeout keeps what was done (``in_progress`` names the step that did not finish).
+and the nodes placed on the reference fallback (with their share of the model's MACs). Each backend
+is checked in every precision asked for (``--precisions fp32,fp16``): the fp16 results, against the
+same fp32 ONNX Runtime outputs and with the same metric, go to ``backends_fp16``. Then a census:
+the import is replayed continuing past every node the importer refuses (its outputs taken from ONNX
+Runtime), so that every blocker of the model is listed, not only the first. The result file is
+rewritten after each step, so a crash or timeout keeps what was done (``in_progress`` names the step
+that did not finish).
 """
 from __future__ import annotations
 
@@ -119,6 +122,22 @@ def ort_run(path: str, model: onnx.ModelProto, feeds: dict, threads: int, all_ou
     return dict(zip(names, sess.run(names, feeds)))
 
 
+def make_feeds(model: onnx.ModelProto, shape: tuple[int, ...], seed: int = 0) -> tuple[dict, dict]:
+    """One standard-normal input per graph input (seed 0): the first of ``shape``, the others of their
+    static dims (dynamic ones 1). Returns (feeds, input_shapes)."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [vi for vi in model.graph.input if vi.name not in inits]
+    rng = np.random.default_rng(seed)
+    feeds, input_shapes = {}, {}
+    for k, vi in enumerate(inputs):
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
+        s = tuple(shape) if k == 0 else tuple(dims)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        feeds[vi.name] = rng.standard_normal(s).astype(dtype)
+        input_shapes[vi.name] = s
+    return feeds, input_shapes
+
+
 def compare(got: dict, want: dict) -> tuple[float, dict]:
     per = {}
     worst = 0.0
@@ -155,18 +174,24 @@ def fallback_info(sess) -> dict:
     ops: dict[str, int] = {}
     notes: dict[str, str] = {}
     fb_macs = 0
+    heaviest: dict = {}
     for name, note in reasons.items():
         node = nodes.get(name)
         op = node.op if node is not None else "?"
         ops[op] = ops.get(op, 0) + 1
         notes.setdefault(op, note)
         fb_macs += macs.get(name, 0)
+        share = macs.get(name, 0) / total
+        if not heaviest or share > heaviest["macs_share"]:
+            heaviest = {"node": name, "op": op, "macs_share": share, "note": note}
     placements = getattr(impl, "placements", None)
     placements = placements() if callable(placements) else placements
     counts: dict[str, int] = {}
     for p in (placements or {}).values():
         counts[p] = counts.get(p, 0) + 1
+    # issue 13's bar: no fallback node carrying more than 1% of the model's MACs (max_node_macs_share)
     return {"nodes": len(reasons), "ops": ops, "notes": notes, "macs_share": fb_macs / total,
+            "max_node_macs_share": heaviest.get("macs_share", 0.0), "heaviest_node": heaviest or None,
             "placements": counts}
 
 
@@ -230,17 +255,59 @@ def census(path: str, model: onnx.ModelProto, input_shapes: dict, ort_values) ->
     return {"status": status, "blockers": blockers}
 
 
+def check_backend(r: dict, rec: Recorder, path: str, model: onnx.ModelProto, backend: str, precision: str,
+                  threads: int, input_shapes: dict, feeds: dict, want: dict | None) -> None:
+    """Load, run and compare one backend in one precision; the results go into ``r``."""
+    import edgesdk
+    from edgesdk.errors import BackendUnavailableError
+
+    t = time.monotonic()
+    try:
+        sess = edgesdk.Session(path, backend=backend, precision=precision,
+                               threads=threads if backend != "reference" else None, input_shapes=input_shapes)
+    except BackendUnavailableError as exc:
+        r.update(unavailable=True, error=error_line(exc))
+        return
+    except Exception as exc:  # noqa: BLE001 - the load error is the result
+        msg = str(exc)
+        node = _NODE_RE.search(msg)
+        op = next((n.op_type for n in model.graph.node if node and n.name == node.group(1)), "model")
+        r.update(error=error_line(exc), category=categorize(op, msg.split("; supported operators:")[0]),
+                 load_seconds=round(time.monotonic() - t, 2))
+        if not isinstance(exc, edgesdk.EdgeSDKError):
+            r["traceback"] = traceback.format_exc()[-3000:]
+        return
+    r.update(loads=True, load_seconds=round(time.monotonic() - t, 2), backend_used=sess.backend)
+    rec.save()
+    try:
+        fb = fallback_info(sess)
+        if fb:
+            r["fallback"] = fb
+    except Exception as exc:  # noqa: BLE001
+        r["fallback_error"] = error_line(exc)
+    t = time.monotonic()
+    try:
+        got = sess.run(feeds)
+        r["run_ms"] = round((time.monotonic() - t) * 1e3, 1)
+        if want is not None:
+            r["max_rel_err"], r["rel_err_per_output"] = compare(got, want)
+    except Exception as exc:  # noqa: BLE001
+        r["run_error"] = error_line(exc)
+    finally:
+        sess.close()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
     p.add_argument("--shape", required=True, help="the first input's shape, e.g. 1x3x224x224")
     p.add_argument("--backends", default="reference,cpu,opencl")
+    p.add_argument("--precisions", default="fp32,fp16", help="fp32 results go to backends, fp16 to backends_fp16")
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-census", action="store_true")
     args = p.parse_args(argv)
     import edgesdk
-    from edgesdk.errors import BackendUnavailableError
 
     path = args.model
     rec = Recorder(Path(args.out), {"path": path, "backends": {}, "errors": {}})
@@ -252,17 +319,7 @@ def main(argv=None) -> int:
         op_types=ops, missing_ops=[o for o in ops if o not in supported], nodes=len(model.graph.node),
         file_opset=next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
         producer=f"{model.producer_name} {model.producer_version}".strip())
-    inits = {i.name for i in model.graph.initializer}
-    inputs = [vi for vi in model.graph.input if vi.name not in inits]
-    shape = tuple(int(d) for d in args.shape.split("x"))
-    rng = np.random.default_rng(0)
-    feeds, input_shapes = {}, {}
-    for k, vi in enumerate(inputs):
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
-        s = shape if k == 0 else tuple(dims)
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-        feeds[vi.name] = rng.standard_normal(s).astype(dtype)
-        input_shapes[vi.name] = s
+    feeds, input_shapes = make_feeds(model, tuple(int(d) for d in args.shape.split("x")))
     rec.data["inputs"] = {k: list(v) for k, v in input_shapes.items()}
 
     rec.step("onnxruntime")
@@ -274,44 +331,13 @@ def main(argv=None) -> int:
     except Exception as exc:  # noqa: BLE001
         rec.data["errors"]["onnxruntime"] = error_line(exc)
 
-    for backend in [b for b in args.backends.split(",") if b]:
-        rec.step(backend)
-        r: dict = {"loads": False}
-        rec.data["backends"][backend] = r
-        t = time.monotonic()
-        try:
-            sess = edgesdk.Session(path, backend=backend, threads=args.threads if backend != "reference" else None,
-                                   input_shapes=input_shapes)
-        except BackendUnavailableError as exc:
-            r.update(unavailable=True, error=error_line(exc))
-            continue
-        except Exception as exc:  # noqa: BLE001 - the load error is the result
-            msg = str(exc)
-            node = _NODE_RE.search(msg)
-            op = next((n.op_type for n in model.graph.node if node and n.name == node.group(1)), "model")
-            r.update(error=error_line(exc), category=categorize(op, msg.split("; supported operators:")[0]),
-                     load_seconds=round(time.monotonic() - t, 2))
-            if not isinstance(exc, edgesdk.EdgeSDKError):
-                r["traceback"] = traceback.format_exc()[-3000:]
-            continue
-        r.update(loads=True, load_seconds=round(time.monotonic() - t, 2), backend_used=sess.backend)
-        rec.save()
-        try:
-            fb = fallback_info(sess)
-            if fb:
-                r["fallback"] = fb
-        except Exception as exc:  # noqa: BLE001
-            r["fallback_error"] = error_line(exc)
-        t = time.monotonic()
-        try:
-            got = sess.run(feeds)
-            r["run_ms"] = round((time.monotonic() - t) * 1e3, 1)
-            if want is not None:
-                r["max_rel_err"], r["rel_err_per_output"] = compare(got, want)
-        except Exception as exc:  # noqa: BLE001
-            r["run_error"] = error_line(exc)
-        finally:
-            sess.close()
+    for precision in [x for x in args.precisions.split(",") if x]:
+        slot = "backends" if precision == "fp32" else f"backends_{precision}"
+        for backend in [b for b in args.backends.split(",") if b]:
+            rec.step(backend if precision == "fp32" else f"{backend}/{precision}")
+            r: dict = {"loads": False}
+            rec.data.setdefault(slot, {})[backend] = r
+            check_backend(r, rec, path, model, backend, precision, args.threads, input_shapes, feeds, want)
 
     if not args.no_census:
         rec.step("census")

@@ -16,7 +16,7 @@ from ...profile.records import MemoryReport, ProfileReport
 from ...runtime.arena import Pool, aligned_host_buffer, plan_arena
 from ...runtime.plan import ExecutionPlan
 from ...runtime.profiling import StepInfo, op_records, timed_runners
-from ...runtime.precision import PRECISIONS, round_to_storage
+from ...runtime.precision import PRECISIONS, round_constant
 from ..base import Backend
 from ..reference import ReferenceBackend
 from .lower import LOWERINGS
@@ -168,7 +168,7 @@ def _constant_outputs(graph: Graph, precision: str, computed: dict[str, Slot]) -
         if value is None:
             raise UnsupportedModelError(f"graph output {name!r} is neither computed nor a constant; "
                                         f"the cpu backend cannot produce it (try backend='reference')")
-        constants[name] = np.array(round_to_storage(np.asarray(value), precision))
+        constants[name] = np.array(round_constant(np.asarray(value), precision))
     return constants
 
 

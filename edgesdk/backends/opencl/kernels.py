@@ -147,7 +147,7 @@ class LoweringContext:
             values = np.asarray(tensor.data)
             if values.dtype != np.float32:
                 raise NotLowerable(f"constant {name!r} has dtype {values.dtype}")
-            if self.precision == "fp16":
+            if self.precision == "fp16" and values.size > 1:  # scalars stay fp32 (runtime.precision)
                 values = values.astype(np.float16)
         return values
 

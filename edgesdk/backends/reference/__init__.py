@@ -15,7 +15,7 @@ from ...ops import evaluate, runtime_ops
 from ...profile.records import MemoryReport, ProfileReport
 from ...runtime.plan import ExecutionPlan, Step
 from ...runtime.profiling import StepInfo, op_records, timed_runners
-from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_to_storage
+from ...runtime.precision import FP32_ONLY_OPS, PRECISIONS, round_constant, round_to_storage
 from ..base import Backend
 
 
@@ -33,7 +33,7 @@ class ReferenceBackend(Backend):
     def __init__(self, plan: ExecutionPlan, *, precision: str = "fp32", threads: int | None = None):
         super().__init__(plan, precision=precision, threads=threads)
         graph = plan.graph
-        self._constants = {t.name: round_to_storage(t.data, precision) for t in graph.constants()}
+        self._constants = {t.name: round_constant(t.data, precision) for t in graph.constants()}
         self.steps = tuple(StepInfo.of_node(step.node, graph, "reference", weight_bytes=sum(
             self._constants[i].nbytes for i in step.node.inputs if i in self._constants)) for step in plan.steps)
 

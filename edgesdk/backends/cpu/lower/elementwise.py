@@ -9,7 +9,7 @@ import numpy as np
 
 from ....graph import Node
 from ....ops.elementwise import c99_pow
-from ....runtime.precision import round_to_storage
+from ....runtime.precision import round_constant
 from ..program import NCHW, NHWC, Builder, Runner, Slot, Views, same_bytes_in_both_layouts
 from .base import ACTIVATION_OPS, NO_ACT, ActArgs, fused_act, native_kernels, then_activate, act_args, lowering
 
@@ -53,7 +53,7 @@ def binary(node: Node, b: Builder) -> None:
 
 
 def _constant_operand(b: Builder, name: str, role: str, layout: str, out_shape, reciprocal: bool) -> np.ndarray:
-    value = round_to_storage(np.asarray(b.graph.const(name), dtype=np.float32), b.precision)
+    value = round_constant(np.asarray(b.graph.const(name), dtype=np.float32), b.precision)
     if reciprocal:
         with np.errstate(divide="ignore"):  # x / 0 = x * inf, as IEEE division
             value = (np.float32(1) / value).astype(np.float32)
@@ -85,7 +85,7 @@ def _native_binary(node: Node, b: Builder, op: str, names, roles, layout, recipr
 def _numpy_binary(node: Node, b: Builder, layout: str) -> None:
     """General broadcasting (or Div of activations): numpy on graph-order views, into the arena."""
     operands = [b.read(n, layout) if b.is_activation(n)
-                else round_to_storage(np.asarray(b.graph.const(n)), b.precision) for n in node.inputs[:2]]
+                else round_constant(np.asarray(b.graph.const(n)), b.precision) for n in node.inputs[:2]]
     y = b.write(node.outputs[0], layout)
     fn, act, threads = _NUMPY_BINARY[node.op], fused_act(node), b.threads_for(node)
 
@@ -113,7 +113,7 @@ def prelu(node: Node, b: Builder) -> None:
     slope = b.graph.const(slope_name)
     if b.is_activation(x_name) and slope is not None and slope.size == 1:
         # one slope: PRelu is LeakyRelu (x < 0 ? x * slope : x; NaN fails the test and stays NaN)
-        alpha = float(round_to_storage(np.asarray(slope, np.float32), b.precision).reshape(-1)[0])
+        alpha = float(round_constant(np.asarray(slope, np.float32), b.precision).reshape(-1)[0])
         return _copy_then_activate(node, b, x_name, ("leaky_relu", alpha, None), "PRelu with one slope")
     _numpy_prelu(node, b)
 
@@ -123,7 +123,7 @@ def _numpy_prelu(node: Node, b: Builder) -> None:
     x_name = node.inputs[0]
     layout = b.stored_layout(x_name) if b.is_activation(x_name) else NCHW
     x, slope = (b.read(n, layout) if b.is_activation(n)
-                else round_to_storage(np.asarray(b.graph.const(n), np.float32), b.precision) for n in node.inputs[:2])
+                else round_constant(np.asarray(b.graph.const(n), np.float32), b.precision) for n in node.inputs[:2])
     y = b.write(node.outputs[0], layout)
 
     def bind(v: Views) -> Runner:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ....compress.encodings import NNM, Clustered
 from ....graph import Node
-from ....runtime.precision import round_to_storage
+from ....runtime.precision import round_constant
 from .. import weights as W
 from ..program import NCHW, Builder, Runner, Slot, Views
 from .base import NO_ACT, fused_act, native_kernels, fallback, lowering
@@ -122,7 +122,7 @@ def _matmul_batched(node: Node, b: Builder) -> None:
     k = native_kernels()
     plan = BatchedMatmul.of(*(b.shape(name) for name in node.inputs))
     operands = [b.read(name, NCHW) if b.is_activation(name)
-                else np.ascontiguousarray(round_to_storage(np.asarray(b.graph.const(name), np.float32), b.precision))
+                else np.ascontiguousarray(round_constant(np.asarray(b.graph.const(name), np.float32), b.precision))
                 for name in node.inputs]
     y = b.write(node.outputs[0], NCHW)
     act, threads = fused_act(node), b.threads_for(node)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ....graph import Node
 from ....ops.normalization import softmax_view
-from ....runtime.precision import round_to_storage
+from ....runtime.precision import round_constant
 from ..program import NCHW, NHWC, Builder, Runner, Views
 from .base import NO_ACT, fused_act, native_kernels, fallback, lowering
 
@@ -50,7 +50,7 @@ def _affine_vector(b: Builder, name: str | None) -> np.ndarray | None:
     if name is None:
         return None
     value = np.asarray(b.graph.const(name), dtype=np.float32).reshape(-1)
-    return np.ascontiguousarray(round_to_storage(value, b.precision))
+    return np.ascontiguousarray(round_constant(value, b.precision))
 
 
 @lowering("LayerNormalization")

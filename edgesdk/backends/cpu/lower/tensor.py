@@ -13,7 +13,7 @@ import numpy as np
 
 from ....graph import Node
 from ....ops.tensor import Strided, c_strides, strided_of
-from ....runtime.precision import round_to_storage
+from ....runtime.precision import round_constant
 from ..program import NCHW, NHWC, Builder, Runner, Slot, Views, same_bytes_in_both_layouts
 from .base import fused_act, then_activate, fallback, lowering
 
@@ -42,7 +42,7 @@ def concat(node: Node, b: Builder) -> None:
             and any(b.is_activation(n) and b.stored_layout(n) == NHWC for n in names))
     layout = NHWC if nhwc else NCHW
     sources = [b.read(n, layout) if b.is_activation(n)
-               else round_to_storage(np.asarray(b.graph.const(n), dtype=np.float32), b.precision) for n in names]
+               else round_constant(np.asarray(b.graph.const(n), dtype=np.float32), b.precision) for n in names]
     y = b.write(node.outputs[0], layout)
     sizes = [b.shape(n)[axis] for n in names]
     act, threads = fused_act(node), b.threads_for(node)
