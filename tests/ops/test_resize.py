@@ -117,12 +117,14 @@ def test_resize(target, case: str) -> None:
     assert [n.op for n in sess.graph.nodes] == ["Resize"]
 
 
-def conv_then_resize(**attrs) -> onnx.ModelProto:
-    """A Conv (its output stored NHWC on cpu) feeding a 2x Resize."""
+def conv_then_resize(then_relu: bool = True, **attrs) -> onnx.ModelProto:
+    """A Conv (its output stored NHWC on cpu) feeding a 2x Resize (then a Relu, or as the output)."""
     w = onnx.numpy_helper.from_array(randn(6, 3, 3, 3), "w")
     scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "scales")
     nodes = [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             oh.make_node("Resize", ["c", "", "scales"], ["y"], **attrs)]
+             oh.make_node("Resize", ["c", "", "scales"], ["r" if then_relu else "y"], **attrs)]
+    if then_relu:
+        nodes.append(oh.make_node("Relu", ["r"], ["y"]))
     graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 5, 6])],
                           [oh.make_empty_tensor_value_info("y")], [w, scales])
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)])
@@ -137,6 +139,17 @@ def test_resize_of_a_channels_last_tensor(target, mode: str) -> None:
         steps = sess._impl.steps
         assert [s.note.split(", ")[-1] for s in steps if s.op == "Resize"] == ["nhwc"]
         assert [s.note for s in steps if "->" in s.op] == ["layout of x"]  # the Conv's input only
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_to_a_graph_output_writes_graph_order(target, mode: str) -> None:
+    """An upsampled graph output is written in graph order (its small input is converted), not
+    transposed after the run."""
+    sess = target.check(conv_then_resize(then_relu=False, mode=mode), {"x": randn(1, 3, 5, 6)})
+    if target.backend == "cpu":
+        steps = sess._impl.steps
+        assert [s.note.split(", ")[-1] for s in steps if s.op == "Resize"] == ["nchw"]
+        assert [s.note for s in steps if "->" in s.op] == ["layout of x", "layout of c"]
 
 
 def test_same_shape_resize_is_a_copy(target) -> None:

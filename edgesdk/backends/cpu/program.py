@@ -36,8 +36,10 @@ from ...runtime.cost import node_macs
 NCHW, NHWC = "nchw", "nhwc"
 # Below this much work (multiply-adds, or elements x window for the other ops) a step runs on the
 # calling thread: waking the pool costs more than the parallel part saves (LeNet at 2 threads
-# was 2x slower than at 1 before this).
-PARALLEL_MIN_WORK = 500_000
+# was 2x slower than at 1 before this). Not much higher: a memory-bound step after a parallel one
+# (MobileNetV3's squeeze-excitation scale of a 960x16x16 tensor) reads what both threads wrote;
+# on one thread half of it comes from the other core's cache (at 500k it took 3x its 1-thread time).
+PARALLEL_MIN_WORK = 100_000
 
 Runner = Callable[[], None]
 

@@ -19,8 +19,11 @@ def resize(node: Node, b: Builder) -> None:
     if len(shape) not in (3, 4):
         return fallback(node, b, f"Resize of a rank-{len(shape)} tensor")
     rows, cols = plane_tables(node, shape)
-    # Either layout suits the kernels: keep the one the input is stored in (no conversion step).
-    layout = b.stored_layout(x_name) if len(shape) == 4 else NCHW
+    # Either layout suits the kernels: keep the one the input is stored in (no conversion step),
+    # except for a graph output, which is returned in graph order: an upsampled output is many
+    # times its input (LRASPP's 21x256x256 logits: a 5.5 MB transposed copy after the run), so the
+    # input is converted instead and the kernel writes graph order.
+    layout = NCHW if len(shape) != 4 or y_name in b.graph.outputs else b.stored_layout(x_name)
     x, y = b.read(x_name, layout), b.write(y_name, layout)
     n, c, h, w = plane_shape(shape)
     _, _, oh, ow = plane_shape(b.shape(y_name))
