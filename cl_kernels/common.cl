@@ -34,6 +34,17 @@
 #define vstore_halfV CAT(vstore_half, VEC)
 #define convert_floatV CAT(convert_float, VEC)
 
+// Row-major coordinates i0..i5 of element `flat` in a tensor of dims D0..D5 (as -D constants;
+// D0 is implied by the element count): declares `rest` (left equal to i0) and i1..i5, for the
+// elementwise broadcast, Pad and strided-copy kernels, which all walk their output this way.
+#define UNRAVEL6(flat)                          \
+    int rest = (flat);                          \
+    const int i5 = rest % D5; rest /= D5;       \
+    const int i4 = rest % D4; rest /= D4;       \
+    const int i3 = rest % D3; rest /= D3;       \
+    const int i2 = rest % D2; rest /= D2;       \
+    const int i1 = rest % D1; rest /= D1
+
 // One storage role: element type, scalar load/store, and VEC-wide load/store at an element offset
 // (vloadn(0, p + off) because vloadn(i, p) addresses p + i * n).
 #define LOADF(p, i) ((p)[i])

@@ -52,12 +52,7 @@ __kernel void binary_broadcast(__global const A_T* restrict a, __global const B_
                                __global Y_T* restrict y) {
     const int i = get_global_id(0);
     if (i >= TOTAL) return;
-    int rest = i;
-    const int i5 = rest % D5; rest /= D5;
-    const int i4 = rest % D4; rest /= D4;
-    const int i3 = rest % D3; rest /= D3;
-    const int i2 = rest % D2; rest /= D2;
-    const int i1 = rest % D1; rest /= D1;
+    UNRAVEL6(i);
     const int i0 = rest;
     const int ia = i0 * SA0 + i1 * SA1 + i2 * SA2 + i3 * SA3 + i4 * SA4 + i5 * SA5;
     const int ib = i0 * SB0 + i1 * SB1 + i2 * SB2 + i3 * SB3 + i4 * SB4 + i5 * SB5;

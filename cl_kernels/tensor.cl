@@ -21,12 +21,7 @@ __kernel void concat_copy(__global const X_T* restrict x, __global Y_T* restrict
 __kernel void pad_constant(__global const X_T* restrict x, __global Y_T* restrict y) {
     const int i = get_global_id(0);
     if (i >= TOTAL) return;
-    int rest = i;
-    const int i5 = rest % D5; rest /= D5;
-    const int i4 = rest % D4; rest /= D4;
-    const int i3 = rest % D3; rest /= D3;
-    const int i2 = rest % D2; rest /= D2;
-    const int i1 = rest % D1; rest /= D1;
+    UNRAVEL6(i);
     const int i0 = rest;
     float v = VALUE;
     if (INSIDE(0) && INSIDE(1) && INSIDE(2) && INSIDE(3) && INSIDE(4) && INSIDE(5))
@@ -65,12 +60,7 @@ __kernel void strided_copy(__global const X_T* restrict x, __global Y_T* restric
         rest /= dims[d];
     }
 #else
-    int rest = i;
-    const int i5 = rest % D5; rest /= D5;
-    const int i4 = rest % D4; rest /= D4;
-    const int i3 = rest % D3; rest /= D3;
-    const int i2 = rest % D2; rest /= D2;
-    const int i1 = rest % D1; rest /= D1;
+    UNRAVEL6(i);
     const int src = BASE + rest * S0 + i1 * S1 + i2 * S2 + i3 * S3 + i4 * S4 + i5 * S5;
 #endif
     STORE_Y(y, i, LOAD_X(x, src));
