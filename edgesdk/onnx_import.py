@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from .errors import EdgeSDKError, ModelLoadError, UnsupportedModelError, UnsupportedOperatorError
 from .graph import Graph, Node
 from .ops import OPS, evaluate, onnx_operators
+from .ops.quantize import accepts_integer_input, keeps_integer_weights
 from .runtime.shapes import RUNTIME_OPS, check_folding, check_tensor_size, infer_node
 
 # Opsets 11-21 are what exporters emit; for the ops imported here the later versions (up to 28,
@@ -277,7 +278,10 @@ class _Importer:
     # -- one node -----------------------------------------------------------------------------
     def _import_node(self, proto: onnx.NodeProto, index: int) -> None:
         name = proto.name or f"{proto.op_type}_{index}"
-        spec = OPS.get(proto.op_type) if proto.domain in _DEFAULT_DOMAINS else None
+        spec = OPS.get(proto.op_type)
+        domain = "" if proto.domain in _DEFAULT_DOMAINS else proto.domain
+        if spec is not None and spec.domain != domain:
+            spec = None
         if spec is None or spec.importer is None:
             op = proto.op_type if proto.domain in _DEFAULT_DOMAINS else f"{proto.domain}.{proto.op_type}"
             if proto.op_type in DATA_DEPENDENT_OPS:
@@ -314,7 +318,10 @@ class _Importer:
             f"(e.g. NMS) in your own code")
 
     def _check_arity(self, proto: onnx.NodeProto, name: str) -> None:
-        """Input and output counts within what the op's ONNX schema allows at this opset."""
+        """Input and output counts within what the op's ONNX schema allows at this opset (the
+        onnx package has no schemas for ONNX Runtime's com.microsoft ops: their importers check)."""
+        if proto.domain not in _DEFAULT_DOMAINS:
+            return
         try:
             schema = onnx.defs.get_schema(proto.op_type, self.opset)
         except onnx.defs.SchemaError:
@@ -331,7 +338,7 @@ class _Importer:
     def add(self, node: Node) -> None:
         """Fold ``node`` if its inputs are constant, else infer its outputs and keep it."""
         inputs = [self.graph.const(i) if i else None for i in node.inputs]
-        if all(v is not None for v, i in zip(inputs, node.inputs) if i):
+        if all(v is not None for v, i in zip(inputs, node.inputs) if i) and not keeps_integer_weights(node):
             check_folding(node, inputs)  # ConstantOfShape/Expand/Tile/Range...: refuse before allocating
             try:
                 values = evaluate(node, inputs)
@@ -348,7 +355,7 @@ class _Importer:
                 f"node {node.name!r}: {node.op} is only supported on inputs that are constant once "
                 f"input shapes are fixed (it is folded at import)")
         for i in node.inputs:
-            if i and self.graph.tensors[i].dtype != np.float32:
+            if i and self.graph.tensors[i].dtype != np.float32 and not accepts_integer_input(node, i, self.graph):
                 raise UnsupportedModelError(
                     f"node {node.name!r} ({node.op}) gets {self.graph.tensors[i].dtype} input {i!r}; "
                     f"edgesdk runs float32 tensors")

@@ -12,6 +12,7 @@ import numpy as np
 from .graph import Graph, Node
 from .ops import OPS, evaluate
 from .runtime.activations import ACTIVATION_PARAMS, Activation
+from .quant.qdq import fuse_qdq, int8_activations_to_uint8
 from .runtime.shapes import check_folding
 
 # Ops whose kernels apply a fused activation to their output in every backend (``OpSpec.fusable``).
@@ -21,6 +22,9 @@ FUSABLE_PRODUCERS = frozenset(name for name, spec in OPS.items() if spec.fusable
 def optimize(graph: Graph) -> dict[str, int]:
     """Run every pass; returns rewrites per pass (for ``inspect`` and logs)."""
     stats = {
+        # First: the folding below would turn the integer weights the fusion takes into floats.
+        "fuse_qdq": fuse_qdq(graph),
+        "int8_activations_to_uint8": int8_activations_to_uint8(graph),
         "fold_constants": fold_constants(graph),
         "remove_noop_views": remove_noop_views(graph),
         "fuse_layer_norm": fuse_layer_norm(graph),  # before fuse_activations takes its Sqrt

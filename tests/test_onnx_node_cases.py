@@ -28,6 +28,8 @@ DOCUMENTED_REFUSALS = (
     "mode 'cubic' is not supported",   # Resize: nearest and linear only
     "'tf_crop_and_resize' is not supported",  # Resize: no region-of-interest crop
     "antialias=1 is not supported",    # Resize: no antialiasing filter
+    "blocked quantization",            # QuantizeLinear/DequantizeLinear block_size (opset 21)
+    "edgesdk runs uint8 and int8",     # 16-bit QuantizeLinear outputs
 )
 MIN_PASSING = 441  # measured with onnx 1.23.2 (of 565 cases); a drop means a regression
 

@@ -78,7 +78,8 @@ def _geometry(node, x: np.ndarray):
 @max_pool.reference
 def _max_pool(node, x: np.ndarray) -> np.ndarray:
     k, s, d, out_hw, full_pads = _geometry(node, x)
-    xp = np.pad(x, full_pads, constant_values=-np.inf)
+    lowest = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf  # uint8 runs quantized
+    xp = np.pad(x, full_pads, constant_values=lowest)
     return sliding_windows(xp, k, s, d, out_hw).max(axis=(2, 3))
 
 

@@ -84,6 +84,7 @@ class OpSpec:
     import); ``importer`` None means no ONNX node imports to it directly."""
     name: str
     family: str
+    domain: str = ""  # the ONNX domain it imports from ("" = the default one, or com.microsoft)
     importer: Importer | None = None
     shape: ShapeRule | None = None
     reference: Kernel | None = None

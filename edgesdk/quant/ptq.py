@@ -1,0 +1,253 @@
+"""Post-training quantization: a float graph and calibration data -> an int8 graph.
+
+The float graph gets the QDQ form a quantizer such as ONNX Runtime's writes (weights symmetric
+int8 per output channel, activations asymmetric uint8 per tensor with ranges from
+``edgesdk.quant.calibrate``), and the same fusion that imports QDQ models
+(``edgesdk.quant.qdq.fuse_qdq``) turns it into integer ops, so a model quantized here and one
+quantized elsewhere run on the same kernels. Ops with no integer form stay float between a
+DequantizeLinear and a QuantizeLinear (``Session.placements`` and ``inspect`` show them).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InputError
+from ..graph import Graph, Node
+from ..ops.quantize import INTEGER_PASSTHROUGH
+from ..runtime.activations import ACTIVATION_PARAMS
+from .calibrate import METHODS, Observer, affine_params, calibration_inputs, choose_range
+from .qdq import fuse_qdq
+
+Progress = Callable[[int, int, str], None]
+WEIGHT_QMAX = 127  # symmetric int8 weights in [-127, 127]: -128 unused, as TFLite and ONNX Runtime do
+_CLAMPS = ("Relu", "Clip")
+
+
+@dataclass
+class QuantizationReport:
+    """What :func:`quantize_graph` did: the method, the integer ops, and the ops left float."""
+    method: str
+    samples: int
+    integer_ops: dict[str, int] = field(default_factory=dict)
+    float_ops: list[str] = field(default_factory=list)  # "name (op)" of the nodes left in float
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "samples": self.samples, "integer_ops": self.integer_ops,
+                "float_ops": self.float_ops, "seconds": round(self.seconds, 3)}
+
+
+def quantize_graph(graph: Graph, calibration: np.ndarray, *, method: str = "minmax", backend: str = "auto",
+                   progress: Progress | None = None, skip: set[str] | None = None
+                   ) -> tuple[Graph, QuantizationReport]:
+    """An int8 copy of the optimized float ``graph`` calibrated on ``calibration`` (N samples
+    shaped like the model's input without the batch axis, or with it). ``method`` is one of
+    ``minmax``, ``percentile``, ``mse``; ``skip`` names nodes to keep in float;
+    ``progress(done, total, "calibrating")`` is called per calibration run."""
+    if method not in METHODS:
+        raise InputError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
+    started = time.perf_counter()
+    g = graph.copy()
+    _split_fused_activations(g)
+    feeds = calibration_inputs(g, calibration)
+    capable = {n.name for n in g.nodes if _integer_capable(g, n) and n.name not in (skip or set())}
+    tensors = _tensors_to_quantize(g, capable)
+    params = _calibrate(g, tensors, feeds, method, backend, progress)
+    _insert_qdq(g, capable, tensors, params)
+    g.toposort()
+    fuse_qdq(g)
+    from ..passes import eliminate_dead_nodes, fold_constants
+    fold_constants(g)  # DQ of weights no op took (none, when every capable op fused)
+    eliminate_dead_nodes(g)
+    report = QuantizationReport(method, sum(len(next(iter(f.values()))) for f in feeds))
+    for node in g.nodes:
+        if node.op.startswith("QLinear") or node.op == "QGemm" or (
+                node.op in INTEGER_PASSTHROUGH and g.tensors[node.inputs[0]].dtype != np.float32):
+            report.integer_ops[node.op] = report.integer_ops.get(node.op, 0) + 1
+        elif node.op not in ("QuantizeLinear", "DequantizeLinear"):
+            report.float_ops.append(f"{node.name} ({node.op})")
+    report.seconds = time.perf_counter() - started
+    g.metadata["quantization"] = report.to_dict()
+    return g, report
+
+
+# -- which ops, which tensors ---------------------------------------------------------------------
+def _split_fused_activations(g: Graph) -> None:
+    """Conv+Relu and the like as two nodes again: the QDQ fusion folds Relu/Clip into the
+    integer op's clamp itself, and other activations become 8-bit tables of their own."""
+    for node in list(g.nodes):
+        act = node.attrs.pop("fused_activation", None)
+        if act is None:
+            continue
+        raw = g.unique_name(f"{node.outputs[0]}.pre_{act.kind.lower()}")
+        out = g.tensors[node.outputs[0]]
+        g.add_tensor(raw, out.shape, out.dtype)
+        act_node = Node(act.kind, g.unique_name(f"{node.name}.{act.kind.lower()}"), [raw], [node.outputs[0]],
+                        {"activation": act})
+        node.outputs[0] = raw
+        g.nodes.insert(g.nodes.index(node) + 1, act_node)
+
+
+def _integer_capable(g: Graph, node: Node) -> bool:
+    const = g.const
+    floats = all(g.tensors[i].dtype == np.float32 for i in node.inputs[:1] if i)
+    if not floats or not node.outputs or g.tensors[node.outputs[0]].dtype != np.float32:
+        return False
+    if node.op == "Conv":
+        return const(node.inputs[1]) is not None and len(g.tensors[node.inputs[1]].shape) == 4
+    if node.op == "Gemm":
+        a = node.attrs
+        return const(node.inputs[1]) is not None and not a["transA"] and a["alpha"] == 1.0 and (
+            node.input(2) is None or (a["beta"] == 1.0 and const(node.input(2)) is not None))
+    if node.op == "MatMul":
+        return const(node.inputs[1]) is not None and len(g.tensors[node.inputs[1]].shape) == 2 and \
+            const(node.inputs[0]) is None
+    if node.op in ("Add", "Mul"):
+        return not (const(node.inputs[0]) is not None and const(node.inputs[1]) is not None)
+    if node.op == "GlobalAveragePool":
+        return len(g.tensors[node.inputs[0]].shape) == 4
+    if node.op in ("AveragePool", "Concat"):
+        return True
+    if node.op in INTEGER_PASSTHROUGH:
+        return all(const(i) is not None for i in node.inputs[1:] if i)
+    if node.op in ACTIVATION_PARAMS:
+        return node.attrs["activation"].fusable
+    return False
+
+
+def _quantized_operands(g: Graph, node: Node) -> list[str]:
+    """The float run-time tensors (and, for Add/Mul/Concat, constants) an integer op reads."""
+    if node.op in ("Conv", "Gemm", "MatMul") or node.op in INTEGER_PASSTHROUGH or node.op in ACTIVATION_PARAMS \
+            or node.op in ("GlobalAveragePool", "AveragePool"):
+        return [node.inputs[0]]
+    return [i for i in node.inputs if i]
+
+
+def _tensors_to_quantize(g: Graph, capable: set[str]) -> list[str]:
+    """Every tensor an integer op reads or writes, except an output that only feeds a Relu/Clip
+    (the clamp folds into the producer, and the range after it is the one worth 8 bits)."""
+    consumers = g.consumers()
+    wanted: list[str] = []
+    for node in g.nodes:
+        if node.name not in capable:
+            continue
+        for name in _quantized_operands(g, node) + [node.outputs[0]]:
+            if name not in wanted:
+                wanted.append(name)
+    skipped = set()
+    for node in g.nodes:
+        users = consumers.get(node.outputs[0], []) if node.outputs else []
+        if node.name in capable and node.op in ("Conv", "Gemm", "MatMul", "Add", "Mul") and len(users) == 1 \
+                and users[0].op in _CLAMPS and users[0].name in capable and node.outputs[0] not in g.outputs:
+            skipped.add(node.outputs[0])
+    return [t for t in wanted if t not in skipped]
+
+
+# -- calibration ----------------------------------------------------------------------------------
+def _calibrate(g: Graph, tensors: list[str], feeds, method: str, backend: str, progress: Progress | None
+               ) -> dict[str, tuple[np.float32, int]]:
+    from ..runtime.session import Session
+    runtime = [t for t in tensors if g.const(t) is None]
+    probe = g.copy()
+    probe.outputs = list(dict.fromkeys(list(g.outputs) + runtime))
+    observers = {t: Observer() for t in runtime}
+    with Session(probe, backend=backend, optimize=False) as sess:
+        for i, feed in enumerate(feeds):
+            outs = sess.run(feed)
+            for t in runtime:
+                observers[t].update(outs[t])
+            if progress:
+                progress(i + 1, len(feeds), "calibrating")
+    params = {t: affine_params(*choose_range(observers[t], method)) for t in runtime}
+    for t in tensors:
+        if t not in params:  # a constant operand of Add/Mul/Concat: its own exact range
+            value = g.const(t)
+            params[t] = affine_params(float(value.min()), float(value.max()))
+    _share_passthrough_params(g, params)
+    return params
+
+
+def _share_passthrough_params(g: Graph, params: dict) -> None:
+    """Ops that move values keep their input's parameters on their output, so they fuse (and a
+    max pool or reshape is exact)."""
+    for node in g.nodes:
+        if node.op in INTEGER_PASSTHROUGH and node.inputs[0] in params and node.outputs[0] in params:
+            params[node.outputs[0]] = params[node.inputs[0]]
+
+
+# -- rewriting ------------------------------------------------------------------------------------
+def _insert_qdq(g: Graph, capable: set[str], tensors: list[str], params: dict) -> None:
+    producers, consumers = g.producers(), g.consumers()
+    for t in tensors:
+        scale, zp = params[t]
+        scale_name = _constant(g, f"{t}.scale", np.array(scale, np.float32))
+        zp_name = _constant(g, f"{t}.zero_point", np.array(zp, np.uint8))
+        shape = g.tensors[t].shape
+        producer = producers.get(t)
+        if g.const(t) is not None:  # a constant operand: store it quantized
+            q_name = _constant(g, f"{t}.q", _quantize(g.const(t), scale, zp))
+            dq_out = g.unique_name(f"{t}.dq")
+            g.add_tensor(dq_out, shape, np.float32)
+            g.nodes.insert(0, Node("DequantizeLinear", g.unique_name(f"{t}.dequantize"), [q_name, scale_name, zp_name],
+                                   [dq_out], {"axis": 1}))
+            for user in consumers.get(t, []):
+                if user.name in capable:
+                    user.inputs = [dq_out if i == t else i for i in user.inputs]
+            continue
+        q_out = g.unique_name(f"{t}.q")
+        g.add_tensor(q_out, shape, np.uint8)
+        if producer is None:  # a graph input: every reader takes the quantized value
+            source, dq_out = t, g.unique_name(f"{t}.dq")
+            g.add_tensor(dq_out, shape, np.float32)
+            for user in consumers.get(t, []):
+                user.inputs = [dq_out if i == t else i for i in user.inputs]
+        else:  # the producer writes t.float; t itself becomes the dequantized value
+            source, dq_out = g.unique_name(f"{t}.float"), t
+            g.add_tensor(source, shape, np.float32)
+            producer.outputs = [source if o == t else o for o in producer.outputs]
+            if producer.name not in capable:  # float readers keep the exact float value
+                for user in consumers.get(t, []):
+                    if user.name not in capable:
+                        user.inputs = [source if i == t else i for i in user.inputs]
+        g.nodes.append(Node("QuantizeLinear", g.unique_name(f"{t}.quantize"), [source, scale_name, zp_name],
+                            [q_out], {"axis": 1}))
+        g.nodes.append(Node("DequantizeLinear", g.unique_name(f"{t}.dequantize"), [q_out, scale_name, zp_name],
+                            [dq_out], {"axis": 1}))
+    for node in list(g.nodes):  # _quantize_weight inserts nodes
+        if node.name in capable and node.op in ("Conv", "Gemm", "MatMul"):
+            _quantize_weight(g, node)
+
+
+def _quantize_weight(g: Graph, node: Node) -> None:
+    """Symmetric int8 per output channel: scale = max|w| / 127 per channel, zero point 0."""
+    name = node.inputs[1]
+    w = g.const(name).astype(np.float32)
+    axis = 0 if node.op == "Conv" or (node.op == "Gemm" and node.attrs["transB"]) else 1
+    reduce_axes = tuple(i for i in range(w.ndim) if i != axis)
+    peak = np.abs(w).max(axis=reduce_axes)
+    scale = np.where(peak > 0, peak / WEIGHT_QMAX, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8)
+    q_name = _constant(g, f"{name}.int8", q)
+    s_name = _constant(g, f"{name}.scale", scale)
+    z_name = _constant(g, f"{name}.zero_point", np.zeros(scale.shape, np.int8))
+    out = g.unique_name(f"{name}.dq")
+    g.add_tensor(out, w.shape, np.float32)
+    g.nodes.insert(0, Node("DequantizeLinear", g.unique_name(f"{name}.dequantize"), [q_name, s_name, z_name], [out],
+                           {"axis": axis}))
+    node.inputs[1] = out
+
+
+def _quantize(value: np.ndarray, scale: np.float32, zp: int) -> np.ndarray:
+    return np.clip(np.rint(value.astype(np.float32) / scale) + zp, 0, 255).astype(np.uint8)
+
+
+def _constant(g: Graph, base: str, value: np.ndarray) -> str:
+    name = g.unique_name(base)
+    g.add_constant(name, value)
+    return name
