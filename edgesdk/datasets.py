@@ -65,3 +65,25 @@ def load_dataset(spec: str) -> Dataset:
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
         raise DatasetError(f"{spec}: y must be a 1-D array of integer class labels (got {y.dtype} {y.shape})")
     return Dataset(path.stem, np.ascontiguousarray(x, dtype=np.float32), y.astype(np.int64))
+
+
+def load_calibration(spec: str) -> np.ndarray:
+    """Calibration inputs: ``digits`` (the digits training split, never the test split the
+    accuracy is measured on) or an .npz whose array ``x`` holds N model inputs."""
+    if spec == "digits":
+        return digits_split()[0].x
+    path = Path(spec)
+    if not path.exists():
+        raise DatasetError(f"calibration data {spec!r} not found: use 'digits' or an .npz with an array x")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if "x" not in npz:
+                raise DatasetError(f"{spec}: the .npz must hold the inputs as an array named 'x' (has {sorted(npz.files)})")
+            x = npz["x"]
+    except DatasetError:
+        raise
+    except Exception as exc:  # zipfile/pickle/format errors all mean "not a readable npz"
+        raise DatasetError(f"{spec}: not a readable .npz file ({exc.__class__.__name__}: {exc})") from None
+    if not np.issubdtype(x.dtype, np.number) or x.ndim < 1 or len(x) == 0:
+        raise DatasetError(f"{spec}: x must be a non-empty numeric array of inputs (got {x.dtype} {x.shape})")
+    return np.ascontiguousarray(x, dtype=np.float32)

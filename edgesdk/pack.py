@@ -95,7 +95,7 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
                data: Dataset | None = None, input_shapes=None, outputs: list[str] | None = None,
                graph: Graph | None = None,
                progress: Progress | None = None, max_drop: float | None = None,
-               unmatched: Unmatched = "warn") -> PackResult:
+               unmatched: Unmatched = "warn", calibration=None, calibration_method: str = "minmax") -> PackResult:
     """Compress ``source`` with ``recipe`` and write the .edgepkg package ``output``.
 
     ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph`. With
@@ -104,8 +104,10 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     a compressed model whose accuracy fell by more raises :class:`AccuracyDropError` and nothing is
     written. ``graph`` passes a graph already compressed from ``source`` (e.g. by fine-tuning)
     instead of compressing here; ``progress(done, total, stage)`` reports compression,
-    evaluation and writing; ``input_shapes``, ``outputs`` and ``unmatched`` as for :func:`compress_model`. The package is written
-    atomically (temp file + rename)."""
+    evaluation and writing; ``input_shapes``, ``outputs`` and ``unmatched`` as for :func:`compress_model`.
+    ``calibration`` (an array of N input samples) quantizes the model to int8 after compression
+    (``edgesdk.quant.ptq.quantize_graph``, ranges by ``calibration_method``: minmax, percentile or
+    mse). The package is written atomically (temp file + rename)."""
     from .package import save_package
 
     _check_pack_arguments(source, output, data, max_drop)
@@ -116,6 +118,11 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     else:
         reports = [LayerReport(**{k: v for k, v in r.items() if k != "ratio"})
                    for r in graph.metadata.get("compression", {}).get("layers", [])]
+    if calibration is not None:
+        from .quant.ptq import quantize_graph
+        float_graph = graph
+        graph, _ = quantize_graph(float_graph, calibration, method=calibration_method, progress=progress)
+        reports = _int8_reports(graph, float_graph, reports)
     label, source_bytes, source_sha256 = _describe_source(source)
     accuracy = baseline = None
     if data is not None:
@@ -133,6 +140,32 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
                  progress=(lambda done, total: progress(done, total, "writing")) if progress else None)
     return PackResult(label, str(output), source_bytes, Path(output).stat().st_size,
                       reports, accuracy, baseline, data.name if data is not None else None)
+
+
+def _int8_reports(graph: Graph, float_graph: Graph, reports: list[LayerReport]) -> list[LayerReport]:
+    """The per-layer reports of a quantized graph: int8 weights (dense) with their per-channel
+    scales, and the relative RMS error against the float weights they came from."""
+    import numpy as np
+    float_nodes = {n.name: n for n in float_graph.nodes}
+    by_layer = {r.name: r for r in reports}
+    out = []
+    for node in graph.nodes:
+        source = float_nodes.get(node.name)
+        if node.op not in ("QLinearConv", "QGemm", "QLinearMatMul") or source is None:
+            continue
+        weight, scale = graph.tensors[node.inputs[3]], graph.tensors[node.inputs[4]]
+        original = float_graph.const(source.inputs[1]).astype(np.float64)
+        axis = 1 if node.op == "QLinearMatMul" or (node.op == "QGemm" and not node.attrs["transB"]) else 0
+        shape = [1] * original.ndim
+        shape[axis] = -1
+        decoded = weight.data.astype(np.float64) * scale.data.astype(np.float64).reshape(shape if scale.size > 1 else ())
+        rms = float(np.sqrt(np.mean(original ** 2))) or 1.0
+        before = by_layer.get(node.name)
+        out.append(LayerReport(name=node.name, weight=weight.name, op=node.op, encoding="int8", params=weight.size,
+                               bytes_before=before.bytes_before if before else 4 * weight.size,
+                               bytes_after=weight.stored_nbytes + scale.stored_nbytes,
+                               error_rms=float(np.sqrt(np.mean((decoded - original) ** 2))) / rms))
+    return out
 
 
 def _check_pack_arguments(source: ModelSource, output: str | os.PathLike, data: Dataset | None,

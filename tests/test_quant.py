@@ -23,7 +23,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static  # noqa: E402
 
 ort.set_default_logger_severity(3)
-BACKENDS = ["reference", "cpu"]
+BACKENDS = ["reference", "cpu", "opencl"]
 
 
 # -- fixed point ----------------------------------------------------------------------------------
@@ -346,3 +346,75 @@ def test_calibration_input_errors_name_the_fix() -> None:
         quantize_graph(graph, np.zeros((4, 3, 8, 8), np.float32))
     with pytest.raises(InputError, match="not one of minmax, percentile, mse"):
         quantize_graph(graph, np.zeros((4, 1, 8, 8), np.float32), method="entropy")
+
+
+# -- the package and the command line -------------------------------------------------------------
+def _int8_digits_package(tmp_path: Path) -> Path:
+    from edgesdk.compress import pack_model
+    from edgesdk.datasets import load_calibration
+    from edgesdk.models import default_model_path
+    out = tmp_path / "d8.edgepkg"
+    pack_model(str(default_model_path()), out, calibration=load_calibration("digits")[:64])
+    return out
+
+
+def test_int8_package_round_trips_on_every_backend(tmp_path: Path) -> None:
+    path = _int8_digits_package(tmp_path)
+    from edgesdk.package import load_package
+    graph = load_package(path)
+    assert graph.tensors[next(n for n in graph.nodes if n.op == "QLinearConv").inputs[3]].dtype == np.int8
+    for backend in BACKENDS:
+        assert _digits_accuracy(str(path), backend) >= 0.99
+
+
+@pytest.mark.parametrize("lie, words", [
+    ("scale_zero", "positive finite"),
+    ("zero_point_type", "zero point"),
+    ("weight_float", "not an 8-bit type"),
+    ("bias_type", "int32 bias"),
+    ("huge_scale", r"2\^30"),
+])
+def test_int8_package_that_lies_is_refused(tmp_path: Path, lie: str, words: str) -> None:
+    """A package whose checksum is valid but whose quantization parameters are crafted is a
+    typed error naming the node, before any kernel runs."""
+    from edgesdk.errors import PackageError
+    from edgesdk.package import load_package, save_package
+    graph = load_package(_int8_digits_package(tmp_path))
+    conv = next(n for n in graph.nodes if n.op == "QLinearConv")
+    t = graph.tensors
+    if lie == "scale_zero":
+        t[conv.inputs[4]].data = np.zeros_like(t[conv.inputs[4]].data)
+    elif lie == "zero_point_type":
+        t[conv.inputs[2]].data = t[conv.inputs[2]].data.astype(np.int8)
+        t[conv.inputs[2]].dtype = np.dtype(np.int8)
+    elif lie == "weight_float":
+        t[conv.inputs[3]].data = t[conv.inputs[3]].data.astype(np.float32)
+        t[conv.inputs[3]].dtype = np.dtype(np.float32)
+    elif lie == "bias_type":
+        t[conv.inputs[8]].data = t[conv.inputs[8]].data.astype(np.float32)
+        t[conv.inputs[8]].dtype = np.dtype(np.float32)
+    elif lie == "huge_scale":
+        t[conv.inputs[6]].data = np.array(1e-30, np.float32)
+    crafted = tmp_path / "crafted.edgepkg"
+    save_package(graph, crafted)
+    with pytest.raises(PackageError, match=words):
+        edgesdk.Session(str(crafted), backend="reference")
+
+
+def test_cli_pack_int8(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    from edgesdk.models import default_model_path
+    exe = [sys.executable, "-m", "edgesdk"]
+    out = tmp_path / "d8.edgepkg"
+    proc = subprocess.run(exe + ["pack", str(default_model_path()), "-o", str(out), "--int8", "--calib", "digits",
+                                 "--calib-method", "mse", "--eval", "digits"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "QLinearConv" in proc.stdout and "int8" in proc.stdout and "accuracy on digits-test" in proc.stdout
+    for args, words in ((["--int8"], "--int8 needs --calib"), (["--calib", "digits"], "--calib is for --int8"),
+                        (["--int8", "--calib", str(tmp_path / "none.npz")], "not found")):
+        proc = subprocess.run(exe + ["pack", str(default_model_path()), "-o", str(tmp_path / "x.edgepkg"), *args],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.edgepkg").exists()

@@ -24,6 +24,15 @@ def compression_options() -> argparse.ArgumentParser:
     compression.add_argument("--nnm-rate", type=float, help="output-channel clustering: fraction of filters removed")
     compression.add_argument("--nnm-mode", choices=["shared", "per_input_channel"])
     compression.add_argument("--fp16", action="store_true", help="store weights, codebooks and centroids as half")
+    compression.add_argument("--int8", action="store_true",
+                             help="quantize to int8 after compression (weights per channel, activations per tensor); "
+                                  "needs --calib")
+    compression.add_argument("--calib", metavar="DATA",
+                             help="calibration inputs for --int8: 'digits' (its training split) or an .npz with array x")
+    compression.add_argument("--calib-method", choices=["minmax", "percentile", "mse"], default="minmax",
+                             help="how each activation's range is chosen from the calibration data (default minmax)")
+    compression.add_argument("--calib-samples", type=int, default=64, metavar="N",
+                             help="calibration samples used, from the start of --calib (default 64)")
     compression.add_argument("--strict-recipe", action="store_true",
                              help="a recipe pattern that matches no layer is an error (default: a warning)")
     compression.add_argument("--max-drop", type=percentage_points, metavar="PP",
@@ -54,12 +63,14 @@ def cmd_pack(args: argparse.Namespace) -> int:
         raise InputError("--max-drop needs --eval DATA: the accuracy drop is measured on that dataset")
     check_output_folder(args.output)
     recipe = _recipe_from_args(args)
+    calibration = _calibration(args)
     data = load_dataset(args.eval) if args.eval else None
     shapes, bar = parse_input_shapes(args.input_shape), Progress("packing", leave=False)
     try:
         result = pack_model(args.model, args.output, recipe, data=data, input_shapes=shapes, progress=bar,
                             outputs=parse_outputs(args.outputs),
-                            max_drop=args.max_drop, unmatched="error" if args.strict_recipe else "warn")
+                            max_drop=args.max_drop, unmatched="error" if args.strict_recipe else "warn",
+                            calibration=calibration, calibration_method=args.calib_method)
     except AccuracyDropError as exc:
         raise exc.with_hint("try a gentler recipe (lower --prune, higher --cluster-bits), `edgesdk finetune` "
                             "with the same recipe, or a larger --max-drop") from None
@@ -81,6 +92,20 @@ def cmd_pack(args: argparse.Namespace) -> int:
               f"(uncompressed {100 * result.baseline_accuracy:.2f}%, "
               f"{100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
     return 0
+
+
+def _calibration(args: argparse.Namespace):
+    """The calibration samples of --int8 --calib (None without --int8)."""
+    from ..datasets import load_calibration
+    if args.int8 and not args.calib:
+        raise InputError("--int8 needs --calib DATA: 'digits' or an .npz with an array x of model inputs")
+    if args.calib and not args.int8:
+        raise InputError("--calib is for --int8: add --int8 to quantize the model")
+    if not args.int8:
+        return None
+    if args.calib_samples < 1:
+        raise InputError(f"--calib-samples must be at least 1, got {args.calib_samples}")
+    return load_calibration(args.calib)[: args.calib_samples]
 
 
 # -- finetune --------------------------------------------------------------------------------

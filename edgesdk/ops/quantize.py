@@ -259,7 +259,15 @@ def _import_qlinear_conv(imp, name, inputs, outputs, attrs):
     _check_8bit(name, imp.graph.tensors[inputs[3]].dtype, "its weight")
     w_shape = imp.shape(inputs[3])
     window = window_attrs(imp, name, "QLinearConv", inputs[0], attrs, attrs.get("kernel_shape", w_shape[2:]))
-    return Node("QLinearConv", name, inputs[:9], outputs[:1], {**window, "group": int(attrs.get("group", 1))})
+    return Node("QLinearConv", name, inputs[:9], outputs[:1], {**window, "group": int(attrs.get("group", 1)),
+                                                               **_full_clamp(imp, inputs[7])})
+
+
+def _full_clamp(imp, zero_point_name: str | None) -> dict[str, int]:
+    """qmin/qmax of an imported integer op: its output type's whole range (no folded activation)."""
+    dtype = imp.graph.tensors[zero_point_name].dtype if zero_point_name else np.dtype(np.uint8)
+    lo, hi = dtype_range(dtype) if dtype in QUANTIZED_DTYPES else (0, 255)
+    return {"qmin": lo, "qmax": hi}
 
 
 @qlinear_conv.shape
@@ -319,7 +327,7 @@ def _import_qlinear_matmul(imp, name, inputs, outputs, attrs):
     _import_params(imp, name, inputs, (1, 2, 4, 5, 6, 7), "QLinearMatMul")
     _check_8bit(name, imp.graph.tensors[inputs[0]].dtype, "its A input")
     _check_8bit(name, imp.graph.tensors[inputs[3]].dtype, "its B input")
-    return Node("QLinearMatMul", name, inputs[:8], outputs[:1], {})
+    return Node("QLinearMatMul", name, inputs[:8], outputs[:1], _full_clamp(imp, inputs[7]))
 
 
 @qgemm.importer
@@ -332,7 +340,8 @@ def _import_qgemm(imp, name, inputs, outputs, attrs):
     if len(imp.shape(inputs[0])) != 2 or len(imp.shape(inputs[3])) != 2:
         raise UnsupportedModelError(f"node {name!r}: QGemm inputs must be 2-D")
     return Node("QGemm", name, inputs[:9], outputs[:1],
-                {"transA": bool(attrs.get("transA", 0)), "transB": bool(attrs.get("transB", 0))})
+                {"transA": bool(attrs.get("transA", 0)), "transB": bool(attrs.get("transB", 0)),
+                 **_full_clamp(imp, inputs[8])})
 
 
 @qlinear_matmul.shape
@@ -413,7 +422,7 @@ def _import_qlinear_binary(imp, name, inputs, outputs, attrs):
     _import_params(imp, name, inputs, (1, 2, 4, 5, 6, 7), imp.op_type)
     for i in (0, 3):
         _check_8bit(name, imp.graph.tensors[inputs[i]].dtype, f"input {i}")
-    return Node(imp.op_type, name, inputs[:8], outputs[:1], {})
+    return Node(imp.op_type, name, inputs[:8], outputs[:1], _full_clamp(imp, inputs[7]))
 
 
 @qlinear_binary.shape
@@ -622,3 +631,79 @@ def codes(dtype: np.dtype) -> np.ndarray:
     """The 256 values of an 8-bit type in table order (index 0 first)."""
     return np.arange(256, dtype=np.uint8).view(np.int8) ^ np.int8(-128) if np.dtype(dtype) == np.int8 \
         else np.arange(256, dtype=np.uint8)
+
+
+# -- what a package's integer ops must satisfy ----------------------------------------------------
+def integer_node_problem(graph, node: Node) -> str | None:
+    """Why ``node`` (a quantize-family op, or a value-moving op on 8-bit tensors) cannot run as
+    stored, or None: tensor types, constant and positive scales, zero points of the tensor's type,
+    requantization scales the fixed-point form holds. The package reader calls it (a file that
+    lies about a scale must not reach the kernels)."""
+    t = graph.tensors
+
+    def dtype(name):
+        return t[name].dtype if name else None
+
+    if node.op in INTEGER_PASSTHROUGH:
+        if dtype(node.inputs[0]) not in QUANTIZED_DTYPES or dtype(node.outputs[0]) != dtype(node.inputs[0]):
+            return f"moves {dtype(node.inputs[0])} into {dtype(node.outputs[0])}"
+        return None
+    if node.op == "QuantizeLinear":
+        if dtype(node.inputs[0]) != np.float32:
+            return f"quantizes {dtype(node.inputs[0])}, not float32"
+        return _params_problem(graph, node.inputs[1], node.input(2), node.outputs[0]) or _same_type(
+            graph, node.outputs[0], node.input(2))
+    if node.op == "DequantizeLinear":
+        if dtype(node.outputs[0]) != np.float32:
+            return f"dequantizes into {dtype(node.outputs[0])}, not float32"
+        return _params_problem(graph, node.inputs[1], node.input(2), node.inputs[0], int32_ok=True)
+    if node.op == "QLinearLookup":
+        table = graph.const(node.inputs[1])
+        if table is None or table.dtype not in QUANTIZED_DTYPES or table.shape != (256,):
+            return "needs a constant 256-entry 8-bit table"
+        if dtype(node.inputs[0]) not in QUANTIZED_DTYPES or dtype(node.outputs[0]) != table.dtype:
+            return "reads or writes a tensor that is not 8-bit as its table says"
+        return None
+    spots = dict(quantized_inputs(node))
+    out_spot = QUANTIZED_OUTPUT[node.op]
+    for i, (s, z) in spots.items():
+        problem = _params_problem(graph, node.inputs[s], node.input(z), node.inputs[i])
+        if problem:
+            return problem
+    problem = _params_problem(graph, node.inputs[out_spot[0]], node.input(out_spot[1]), node.outputs[0]) or \
+        _same_type(graph, node.outputs[0], node.input(out_spot[1]))
+    if problem:
+        return problem
+    if node.op in ("QLinearConv", "QLinearMatMul", "QGemm"):
+        if graph.const(node.inputs[3]) is None and node.op != "QLinearMatMul":
+            return "needs constant weights"
+        bias = node.input(8 if node.op == "QLinearConv" else 6 if node.op == "QGemm" else 99)
+        if bias is not None and (graph.const(bias) is None or dtype(bias) != np.int32):
+            return "needs a constant int32 bias"
+        scales = np.float64(scalar(graph.const(node.inputs[1]))) * graph.const(node.inputs[4]).astype(np.float64) \
+            / np.float64(scalar(graph.const(node.inputs[out_spot[0]])))
+        if not np.all(scales < 2.0 ** 30):
+            return "has a requantization scale of 2^30 or more"
+    return None
+
+
+def _params_problem(graph, scale: str, zp: str | None, tensor: str, int32_ok: bool = False) -> str | None:
+    allowed = QUANTIZED_DTYPES + ((np.dtype(np.int32),) if int32_ok else ())
+    if graph.tensors[tensor].dtype not in allowed:
+        return f"tensor {tensor!r} is {graph.tensors[tensor].dtype}, not an 8-bit type"
+    value = graph.const(scale)
+    if value is None or value.dtype != np.float32 or value.size == 0 or not np.all(np.isfinite(value)) \
+            or not np.all(value > 0):
+        return f"scale {scale!r} must be a constant of positive finite float32 values"
+    if zp is not None:
+        z = graph.const(zp)
+        if z is None or z.size != value.size or z.dtype != graph.tensors[tensor].dtype:
+            return f"zero point {zp!r} must be a constant of {graph.tensors[tensor].dtype}, one per scale"
+    return None
+
+
+def _same_type(graph, tensor: str, zp: str | None) -> str | None:
+    want = graph.tensors[zp].dtype if zp else np.dtype(np.uint8)
+    if graph.tensors[tensor].dtype != want:
+        return f"writes {graph.tensors[tensor].dtype} where its zero point says {want}"
+    return None

@@ -17,6 +17,7 @@ import numpy as np
 from ..graph import Graph, Node
 from ..ops import OPS
 from ..ops.registry import Signature
+from ..ops.quantize import INTEGER_PASSTHROUGH, QUANTIZED_DTYPES, integer_node_problem
 from ..ops.reduce import ARG_OPS, REDUCE_OPS
 from ..ops.tensor import PAD_MODES
 from ..runtime.activations import ACTIVATION_PARAMS, Activation
@@ -69,6 +70,13 @@ def _check_node(graph: Graph, node: Node) -> None:
         raise Invalid(f"{_where(node)}: no runtime kernel for op {node.op!r}")
     _check_arity(node, signature)
     tensors = graph.tensors
+    if OPS[node.op].family == "quantize" or (node.op in INTEGER_PASSTHROUGH
+                                            and tensors[node.inputs[0]].dtype in QUANTIZED_DTYPES):
+        problem = integer_node_problem(graph, node)
+        if problem:
+            raise Invalid(f"{_where(node)} {problem}")
+        _check_attributes(node, signature)
+        return
     # float32 inputs; outputs of the op's dtype (ArgMax's int64 indices), float32 for most
     expected = dict(zip(node.outputs, output_dtypes(node, [_FLOAT32] * len(node.inputs), len(node.outputs))))
     for name in (*node.inputs, *node.outputs):

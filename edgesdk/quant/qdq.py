@@ -83,22 +83,26 @@ class _Fuser:
 
     def clamp(self, chain: list[Node], q: Node) -> dict[str, int]:
         """qmin/qmax of a folded Relu / Clip in the output's quantized domain."""
-        if not chain:
-            return {}
-        scale, zp = QParams(q.inputs[1], q.inputs[2]).values(self.graph)
         lo, hi = dtype_range(self.graph.tensors[q.outputs[0]].dtype)
+        if not chain:
+            return {"qmin": lo, "qmax": hi}
+        scale, zp = QParams(q.inputs[1], q.inputs[2]).values(self.graph)
         act = chain[0].attrs["activation"]
         low, high = (0.0, None) if act.kind == "Relu" else (act.param("min"), act.param("max"))
 
         def quant(v: float) -> int:
             return int(np.clip(np.rint(np.float32(v) / np.float32(scale)) + zp, lo, hi))
 
-        out = {}
+        out = {"qmin": lo, "qmax": hi}
         if low is not None and np.isfinite(low):
             out["qmin"] = quant(low)
         if high is not None and np.isfinite(high):
             out["qmax"] = quant(high)
         return out
+
+    def full_range(self, clamp: dict, q: Node) -> bool:
+        """True when the clamp is the output type's whole range (no activation folded)."""
+        return (clamp["qmin"], clamp["qmax"]) == dtype_range(self.graph.tensors[q.outputs[0]].dtype)
 
     # -- the rewrite ----------------------------------------------------------------------------
     def fuse(self, node: Node) -> bool:
@@ -221,7 +225,7 @@ def _binary(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
 
 def _pool(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
     x = f.dequantized(node.inputs[0])
-    if x is None or clamp:
+    if x is None or not f.full_range(clamp, q):
         return None
     inputs = [x.inputs[0], x.inputs[1], x.inputs[2], q.inputs[1], q.inputs[2]]
     if node.op == "GlobalAveragePool":
@@ -234,7 +238,7 @@ def _pool(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
 
 def _concat(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
     parts = [f.dequantized(i) for i in node.inputs]
-    if any(p is None for p in parts) or clamp:
+    if any(p is None for p in parts) or not f.full_range(clamp, q):
         return None
     inputs = [q.inputs[1], q.inputs[2]] + [name for p in parts for name in p.inputs[:3]]
     return Node("QLinearConcat", node.name, inputs, [q.outputs[0]], {"axis": node.attrs["axis"]})
@@ -243,7 +247,7 @@ def _concat(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
 def _passthrough(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
     """An op that moves values runs on the 8-bit tensor when its DQ and Q parameters agree."""
     x = f.dequantized(node.inputs[0])
-    if x is None or clamp or any(f.graph.const(i) is None for i in node.inputs[1:] if i):
+    if x is None or not f.full_range(clamp, q) or any(f.graph.const(i) is None for i in node.inputs[1:] if i):
         return None
     g = f.graph
     if g.tensors[x.inputs[0]].dtype != g.tensors[q.outputs[0]].dtype or \
@@ -255,7 +259,7 @@ def _passthrough(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
 def _lookup(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
     """A unary float op between per-tensor DQ and Q is a 256-entry table of output codes."""
     x = f.dequantized(node.inputs[0])
-    if x is None or clamp or len(node.inputs) != 1:
+    if x is None or not f.full_range(clamp, q) or len(node.inputs) != 1:
         return None
     g = f.graph
     in_dtype = g.tensors[x.inputs[0]].dtype
@@ -347,6 +351,10 @@ def int8_activations_to_uint8(graph: Graph) -> int:
                 new = graph.unique_name(f"{old}.u8")
                 graph.add_constant(new, (graph.const(old).astype(np.int16) + 128).astype(np.uint8))
                 node.inputs[zp_index] = new
+            for node, zp_index in ends:
+                if node.outputs[0] in group and "qmin" in node.attrs:  # the clamp moves with the codes
+                    node.attrs["qmin"] += 128
+                    node.attrs["qmax"] += 128
             for t in group:
                 graph.tensors[t].dtype = np.dtype(np.uint8)
             changed += len(group)

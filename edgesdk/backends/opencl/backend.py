@@ -247,6 +247,9 @@ class OpenCLBackend(Backend):
             try:
                 if lowering is None:
                     raise NotLowerable(f"no OpenCL kernel for {node.op}")
+                if any(name and self.plan.graph.tensors[name].dtype in (np.uint8, np.int8)
+                       for name in node.inputs + node.outputs):
+                    raise NotLowerable("8-bit tensors: no OpenCL int8 kernel yet")
                 steps.append(_Step(node, "opencl", lowering(ctx, node)))
             except NotLowerable as exc:
                 steps.append(_Step(node, FALLBACK_PLACEMENT, [], str(exc),
@@ -357,7 +360,8 @@ class OpenCLBackend(Backend):
         for name in step.runtime_inputs:
             ref, buffer = self._tensors[name], self._buffer_of(name)
             buffer.check_device_owned(f"reference:{node.name}")
-            inputs.append(buffer.read(np.float16 if ref.half else np.float32, ref.shape).astype(np.float32))
+            stored = np.float16 if ref.half else graph.tensors[name].dtype  # uint8/int8 between integer ops
+            inputs.append(buffer.read(stored, ref.shape).astype(np.float32 if ref.half else stored, copy=False))
         for name, value in zip(node.outputs, step(inputs)):
             if name:
                 ref, buffer = self._tensors[name], self._buffer_of(name)
