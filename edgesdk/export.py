@@ -511,6 +511,111 @@ def _resize(ex, node, out, name):
     ex.emit("Resize", [node.inputs[0], "", scales, *sizes], [out], name, **form.attrs)
 
 
+# -- 8-bit graphs: written back in the QDQ form (DequantizeLinear -> float op -> QuantizeLinear),
+# which ONNX Runtime, OpenVINO and TensorRT fuse into their own integer kernels ------------------
+@_writer("QuantizeLinear", "DequantizeLinear")
+def _quantize_linear(ex, node, out, name):
+    ex.emit(node.op, [i for i in node.inputs if i], [out], name, axis=int(node.attrs.get("axis", 1)))
+
+
+def _dq(ex, x: str, scale: str, zp: str | None, name: str, axis: int = 1) -> str:
+    y = ex.fresh(f"{x}.dequantized")
+    ex.emit("DequantizeLinear", [x, scale] + ([zp] if zp else []), [y], ex.fresh(f"{name}.dequantize"), axis=axis)
+    return y
+
+
+def _q_out(ex, node, y_float: str, scale: str, zp: str | None, out: str, name: str) -> None:
+    """Q of the op's float result, with the integer op's clamp (a folded Relu/Clip) as a Clip."""
+    dtype = ex.graph.tensors[out].dtype
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    qmin, qmax = node.attrs.get("qmin", lo), node.attrs.get("qmax", hi)
+    if (qmin, qmax) != (lo, hi):
+        s = np.float32(ex.graph.const(scale).reshape(-1)[0])
+        z = int(ex.graph.const(zp).reshape(-1)[0]) if zp else 0
+        clipped = ex.fresh(f"{y_float}.clamped")
+        ex.emit("Clip", [y_float, ex.constant(f"{name}.min", np.float32((qmin - z) * s)),
+                         ex.constant(f"{name}.max", np.float32((qmax - z) * s))], [clipped], ex.fresh(f"{name}.clamp"))
+        y_float = clipped
+    ex.emit("QuantizeLinear", [y_float, scale] + ([zp] if zp else []), [out], ex.fresh(f"{name}.quantize"))
+
+
+def _bias_dq(ex, bias: str | None, x_scale: str, w_scale: str, name: str) -> str | None:
+    if not bias:
+        return None
+    scale = (np.float32(ex.graph.const(x_scale).reshape(-1)[0]) * ex.graph.const(w_scale).astype(np.float32)).astype(
+        np.float32).reshape(-1)
+    scale_name = ex.constant(f"{bias}.scale", scale if scale.size > 1 else scale.reshape(()))
+    return _dq(ex, bias, scale_name, None, name, axis=0)
+
+
+@_writer("QLinearConv")
+def _qlinear_conv(ex, node, out, name):
+    i = node.inputs
+    x = _dq(ex, i[0], i[1], i[2], name)
+    w = _dq(ex, i[3], i[4], i[5], name, axis=0)
+    b = _bias_dq(ex, node.input(8), i[1], i[4], name)
+    y = ex.fresh(f"{out}.float")
+    _conv(ex, Node("Conv", name, [x, w] + ([b] if b else []), [y], node.attrs), y, name)
+    _q_out(ex, node, y, i[6], i[7], out, name)
+
+
+@_writer("QLinearMatMul")
+def _qlinear_matmul(ex, node, out, name):
+    i = node.inputs
+    y = ex.fresh(f"{out}.float")
+    ex.emit("MatMul", [_dq(ex, i[0], i[1], i[2], name), _dq(ex, i[3], i[4], i[5], name, axis=1)], [y], name)
+    _q_out(ex, node, y, i[6], i[7], out, name)
+
+
+@_writer("QGemm")
+def _qgemm(ex, node, out, name):
+    i = node.inputs
+    trans_b = bool(node.attrs["transB"])
+    inputs = [_dq(ex, i[0], i[1], i[2], name), _dq(ex, i[3], i[4], i[5], name, axis=0 if trans_b else 1)]
+    b = _bias_dq(ex, node.input(6), i[1], i[4], name)
+    y = ex.fresh(f"{out}.float")
+    ex.emit("Gemm", inputs + ([b] if b else []), [y], name, transB=int(trans_b))
+    _q_out(ex, node, y, i[7], i[8], out, name)
+
+
+@_writer("QLinearAdd", "QLinearMul")
+def _qlinear_binary(ex, node, out, name):
+    i = node.inputs
+    y = ex.fresh(f"{out}.float")
+    ex.emit(node.op[len("QLinear"):], [_dq(ex, i[0], i[1], i[2], name), _dq(ex, i[3], i[4], i[5], name)], [y], name)
+    _q_out(ex, node, y, i[6], i[7], out, name)
+
+
+@_writer("QLinearGlobalAveragePool", "QLinearAveragePool")
+def _qlinear_pool(ex, node, out, name):
+    i = node.inputs
+    x = _dq(ex, i[0], i[1], i[2], name)
+    y = ex.fresh(f"{out}.float")
+    if node.op == "QLinearGlobalAveragePool":
+        ex.emit("GlobalAveragePool", [x], [y], name)
+    else:
+        _pool(ex, Node("AveragePool", name, [x], [y], node.attrs), y, name)
+    _q_out(ex, node, y, i[3], i[4], out, name)
+
+
+@_writer("QLinearConcat")
+def _qlinear_concat(ex, node, out, name):
+    i = node.inputs
+    parts = [_dq(ex, i[k], i[k + 1], i[k + 2], name) for k in range(2, len(i), 3)]
+    y = ex.fresh(f"{out}.float")
+    ex.emit("Concat", parts, [y], name, axis=int(node.attrs["axis"]))
+    _q_out(ex, node, y, i[0], i[1], out, name)
+
+
+@_writer("QLinearLookup")
+def _qlinear_lookup(ex, node, out, name):
+    """The table's float op between DQ and Q (what it was built from)."""
+    i = node.inputs
+    y = ex.fresh(f"{out}.float")
+    ex._activation(node.attrs["activation"], _dq(ex, i[0], i[2], i[3], name), y, name)
+    _q_out(ex, node, y, i[4], i[5], out, name)
+
+
 def _required_opset(graph: Graph) -> int:
     """17, or 19 where a node needs an op version from it (AveragePool dilations, Pad wrap, Resize
     half_pixel_symmetric or keep_aspect_ratio_policy)."""

@@ -418,3 +418,36 @@ def test_cli_pack_int8(tmp_path: Path) -> None:
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.edgepkg").exists()
+
+
+def test_export_writes_an_int8_package_as_qdq_onnx(tmp_path: Path) -> None:
+    """edgesdk export writes integer ops back as DQ -> op -> Q (8-bit tables as their float op): ONNX
+    Runtime runs the file within one output step, and importing it again gives the same graph."""
+    from edgesdk.export import export_onnx
+    from edgesdk.graph import Graph
+    from edgesdk.quant.ptq import quantize_graph
+    rng = np.random.default_rng(0)
+    g = Graph("qdq")
+    g.add_input("x", (1, 4, 6, 6))
+    g.add_constant("w", rng.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    g.add_constant("b", rng.standard_normal(8).astype(np.float32))
+    g.add_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=(3, 3), strides=(1, 1), dilations=(1, 1),
+               pads=(1, 1, 1, 1), group=1)
+    g.add_node("Relu", ["c"], ["r"], activation=edgesdk.runtime.activations.Activation("Relu"))
+    g.add_node("Sigmoid", ["r"], ["s"], activation=edgesdk.runtime.activations.Activation("Sigmoid"))
+    g.add_node("GlobalAveragePool", ["s"], ["y"])
+    g.outputs.append("y")
+    float_graph = edgesdk.Session(g, backend="reference").graph
+    qgraph, _ = quantize_graph(float_graph, rng.standard_normal((16, 4, 6, 6)).astype(np.float32))
+    assert {"QLinearConv", "QLinearLookup", "QLinearGlobalAveragePool"} <= {n.op for n in qgraph.nodes}
+    path = tmp_path / "q.onnx"
+    export_onnx(qgraph, path)
+    model = onnx.load(str(path))
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv", "Sigmoid"} <= {n.op_type for n in model.graph.node}
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    ours = edgesdk.Session(qgraph, backend="reference").run({"x": x})["y"]
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.max(np.abs(ours - theirs)) <= 1.0001 * output_scale(model)
+    again = edgesdk.Session(str(path), backend="reference")
+    assert np.array_equal(again.run({"x": x})["y"], ours)
+    assert sorted(n.op for n in again.graph.nodes) == sorted(n.op for n in qgraph.nodes)

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pack)
 
     p = sub.add_parser("export", parents=[common, model_opts],
-                       help="write a package (or any model) as ONNX with decoded float32 weights")
+                       help="write a package (or any model) as ONNX: decoded float32 weights, int8 layers as QDQ")
     p.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     p.set_defaults(func=cmd_export)
 

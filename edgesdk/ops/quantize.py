@@ -23,7 +23,8 @@ from .conv import WINDOW_ATTRS, _macs as conv_macs, _shape as conv_shape, check_
     window_attrs
 from .geometry import broadcast_shapes, conv_output_size, pool_sweep
 from .pool import _pool_shape
-from .registry import BOOL, INT, OPS, Signature, op
+from ..runtime.activations import Activation
+from .registry import BOOL, INT, OPS, Kind, Signature, op
 
 CONTRIB = "com.microsoft"
 _CLAMP = {"qmin": INT, "qmax": INT}
@@ -50,9 +51,10 @@ qlinear_concat = op("QLinearConcat", family="quantize", domain=CONTRIB,
 # edgesdk's own: y = table[x] over the 256 codes of x (index x for uint8, x + 128 for int8). A
 # unary float op between a per-tensor DequantizeLinear and QuantizeLinear (sigmoid, hard-swish,
 # GELU, ...) is exactly such a table: the QDQ fusion builds it by running the float island on
-# every code, as TFLite and XNNPACK do for their 8-bit activations. Written back to ONNX as the
-# DQ -> op -> Q it came from (edgesdk.export).
-qlinear_lookup = op("QLinearLookup", family="quantize", signature=Signature(2),
+# every code, as TFLite and XNNPACK do for their 8-bit activations. The node keeps the activation
+# and both (scale, zero point) pairs, so that edgesdk.export writes the DQ -> op -> Q it came from.
+qlinear_lookup = op("QLinearLookup", family="quantize",
+                    signature=Signature(6, 0, {"activation": Kind(lambda v: isinstance(v, Activation), "an activation")}),
                     note="edgesdk's 8-bit table lookup (a unary op between DQ and Q)")
 
 # Where each integer op finds the (scale, zero point) of its 8-bit tensors: input index -> the
@@ -68,14 +70,13 @@ QUANTIZED_INPUTS: dict[str, dict[int, tuple[int, int]]] = {
     "QLinearMul": {0: (1, 2), 3: (4, 5)},
     "QLinearGlobalAveragePool": {0: (1, 2)},
     "QLinearAveragePool": {0: (1, 2)},
+    "QLinearLookup": {0: (2, 3)},
 }
 QUANTIZED_OUTPUT: dict[str, tuple[int, int]] = {
     "QuantizeLinear": (1, 2), "QLinearConv": (6, 7), "QLinearMatMul": (6, 7), "QGemm": (7, 8),
     "QLinearAdd": (6, 7), "QLinearMul": (6, 7), "QLinearGlobalAveragePool": (3, 4), "QLinearAveragePool": (3, 4),
     "QLinearConcat": (0, 1),
-    # The table (input 1) holds output codes: moving the output from int8 to uint8 adds 128 to
-    # it as to a zero point. Its input needs nothing: code x_s8 and x_s8 + 128 index alike.
-    "QLinearLookup": (1, 1),
+    "QLinearLookup": (4, 5),  # and its table (input 1) holds output codes
 }
 
 
@@ -617,7 +618,7 @@ def _lookup_dtypes(node, dtypes):
 
 
 @qlinear_lookup.reference
-def _lookup(node, x: np.ndarray, table: np.ndarray) -> np.ndarray:
+def _lookup(node, x: np.ndarray, table: np.ndarray, *params) -> np.ndarray:
     index = x.view(np.uint8) ^ np.uint8(0x80) if x.dtype == np.int8 else x
     return table[index]
 
@@ -663,7 +664,8 @@ def integer_node_problem(graph, node: Node) -> str | None:
             return "needs a constant 256-entry 8-bit table"
         if dtype(node.inputs[0]) not in QUANTIZED_DTYPES or dtype(node.outputs[0]) != table.dtype:
             return "reads or writes a tensor that is not 8-bit as its table says"
-        return None
+        return _params_problem(graph, node.inputs[2], node.inputs[3], node.inputs[0]) or _params_problem(
+            graph, node.inputs[4], node.inputs[5], node.outputs[0])
     spots = dict(quantized_inputs(node))
     out_spot = QUANTIZED_OUTPUT[node.op]
     for i, (s, z) in spots.items():

@@ -270,7 +270,8 @@ def _lookup(f: _Fuser, node: Node, q: Node, clamp: dict) -> Node | None:
     (table,) = evaluate(q, [out] + consts(q))
     name = g.unique_name(f"{node.name}.table")
     g.add_constant(name, np.ascontiguousarray(table))
-    return Node("QLinearLookup", node.name, [x.inputs[0], name], [q.outputs[0]], {})
+    return Node("QLinearLookup", node.name, [x.inputs[0], name, x.inputs[1], x.inputs[2], q.inputs[1], q.inputs[2]],
+                [q.outputs[0]], {"activation": node.attrs["activation"]})
 
 
 _BUILDERS = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm, "Add": _binary, "Mul": _binary,
@@ -355,6 +356,10 @@ def int8_activations_to_uint8(graph: Graph) -> int:
                 if node.outputs[0] in group and "qmin" in node.attrs:  # the clamp moves with the codes
                     node.attrs["qmin"] += 128
                     node.attrs["qmax"] += 128
+                if node.outputs[0] in group and node.op == "QLinearLookup":  # so do the table's codes
+                    table = graph.unique_name(f"{node.inputs[1]}.u8")
+                    graph.add_constant(table, (graph.const(node.inputs[1]).astype(np.int16) + 128).astype(np.uint8))
+                    node.inputs[1] = table
             for t in group:
                 graph.tensors[t].dtype = np.dtype(np.uint8)
             changed += len(group)
@@ -391,7 +396,7 @@ def _zero_point_uses(group: set[str], producers, consumers) -> list[tuple[Node, 
                 return None
             uses.append((p, spot[1]))
         for user in consumers.get(t, []):
-            if (user.op in INTEGER_PASSTHROUGH or user.op == "QLinearLookup") and user.inputs[0] == t:
+            if user.op in INTEGER_PASSTHROUGH and user.inputs[0] == t:
                 continue
             found = [zp for i, (_, zp) in quantized_inputs(user).items() if user.inputs[i] == t]
             if not found or any(user.input(zp) is None for zp in found):
