@@ -33,6 +33,7 @@ def optimize(graph: Graph) -> dict[str, int]:
         "fuse_gelu": fuse_gelu(graph),
         "fuse_gelu_tanh": fuse_gelu_tanh(graph),
         "fuse_mish": fuse_mish(graph),
+        "fuse_hard_activations": fuse_hard_activations(graph),
         "fuse_activations": fuse_activations(graph),  # after the patterns above: Conv -> Gelu fuses
     }
     stats["eliminate_dead_nodes"] = eliminate_dead_nodes(graph)
@@ -211,6 +212,32 @@ def fuse_mish(graph: Graph) -> int:
         multiply = rw.sole_consumer(tanh.outputs[0]) if tanh is not None and tanh.op == "Tanh" else None
         if _is_product(multiply, x, tanh.outputs[0] if tanh is not None else ""):
             rw.replace([softplus, tanh, multiply], x, Activation("Mish"))
+    return rw.finish()
+
+
+def fuse_hard_activations(graph: Graph) -> int:
+    """The hard-swish and hard-sigmoid formulas Paddle, Keras and older exporters write:
+    Clip(x + 3, 0, 6) / 6 (or * 1/6) -> HardSigmoid(1/6, 0.5), and x * Clip(x + 3, 0, 6) / 6 in any
+    grouping ((x * r) / 6 or x * (r / 6)) -> HardSwish. One table lookup in int8, one kernel in float."""
+    rw = _ChainRewriter(graph)
+    for clip in rw.candidates("Clip"):
+        if tuple(clip.attrs["activation"].params) != (0.0, 6.0):
+            continue
+        shift = rw.producer(clip.inputs[0])
+        x = _scaled_operand(graph, shift, 3.0, shift=True)
+        user = rw.sole_consumer(clip.outputs[0])
+        if x is None or user is None:
+            continue
+        if _scaled_operand(graph, user, 1.0 / 6.0) == clip.outputs[0]:  # r / 6: a hard sigmoid...
+            gate = rw.sole_consumer(user.outputs[0])
+            if _is_product(gate, x, user.outputs[0]):                   # ... times x: hard swish
+                rw.replace([shift, clip, user, gate], x, Activation("HardSwish"))
+            else:
+                rw.replace([shift, clip, user], x, Activation("HardSigmoid", (1.0 / 6.0, 0.5)))
+        elif _is_product(user, x, clip.outputs[0]):                       # (x * r) / 6
+            scale = rw.sole_consumer(user.outputs[0])
+            if _scaled_operand(graph, scale, 1.0 / 6.0) == user.outputs[0]:
+                rw.replace([shift, clip, user, scale], x, Activation("HardSwish"))
     return rw.finish()
 
 

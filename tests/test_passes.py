@@ -5,6 +5,7 @@ import numpy as np
 import onnx
 import onnx.helper as oh
 import onnx.numpy_helper
+import pytest
 
 import edgesdk
 from edgesdk.passes import eliminate_dead_nodes, fold_batchnorm, fuse_activations
@@ -145,3 +146,30 @@ def test_hand_built_graph_runs_in_any_node_order():
     ref = edgesdk.Session(g, optimize=False).run({"x": x})["y"]
     np.testing.assert_allclose(sess.run({"x": x})["y"], ref, rtol=1e-6)
     assert (ref >= 0).all()
+
+
+@pytest.mark.parametrize("form", ["x*r/6", "x*(r/6)", "r/6", "r*(1/6)"])
+def test_hard_activation_formulas_fuse(form: str) -> None:
+    """Paddle's and Keras' hard-swish / hard-sigmoid formulas become one activation node that
+    computes the same values."""
+    import onnx.helper as oh
+    from onnx_builders import graph_model
+    nodes = [oh.make_node("Add", ["x", "three"], ["a"]), oh.make_node("Clip", ["a", "zero", "six"], ["r"])]
+    if form == "x*r/6":
+        nodes += [oh.make_node("Mul", ["x", "r"], ["m"]), oh.make_node("Div", ["m", "six"], ["y"])]
+    elif form == "x*(r/6)":
+        nodes += [oh.make_node("Div", ["r", "six"], ["h"]), oh.make_node("Mul", ["h", "x"], ["y"])]
+    elif form == "r/6":
+        nodes += [oh.make_node("Div", ["r", "six"], ["y"])]
+    else:
+        nodes += [oh.make_node("Mul", ["r", "sixth"], ["y"])]
+    consts = {"three": np.float32(3), "zero": np.float32(0), "six": np.float32(6), "sixth": np.float32(1 / 6)}
+    model = graph_model(nodes, {"x": (1, 3, 5, 5)}, ["y"], {k: v for k, v in consts.items()
+                                                            if any(k in n.input for n in nodes)})
+    sess = edgesdk.Session(model, backend="reference")
+    want = "HardSigmoid" if form in ("r/6", "r*(1/6)") else "HardSwish"
+    assert [n.op for n in sess.graph.nodes] == [want]
+    x = np.linspace(-5, 5, 75, dtype=np.float32).reshape(1, 3, 5, 5)
+    r = np.clip(x + 3, 0, 6)
+    expected = r / 6 if want == "HardSigmoid" else x * r / 6
+    np.testing.assert_allclose(sess.run({"x": x})["y"], expected, rtol=1e-6, atol=1e-7)
