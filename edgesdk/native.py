@@ -29,22 +29,24 @@ class CpuFeatures:
     flags: Mapping[str, bool] = field(hash=False)
 
     def isa_path(self) -> str:
-        """The kernel family the native dispatch picks on these features: avx512, avx2,
-        neonfp16, neon or scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``: AVX-512 needs
-        F, BW, VL and DQ plus FMA and F16C, AVX2 needs FMA and F16C, NEON is plain AArch64
-        Advanced SIMD, and neonfp16 is NEON plus the ARMv8.2-A fp16 arithmetic (flag ``fp16``:
-        HWCAP fphp + asimdhp), whose fp16-product / fp32-sum kernels fp16 sessions use for
-        convolutions and GEMMs (fp32 sessions run the NEON kernels on it). EDGESDK_CPU_ISA can
+        """The kernel family the native dispatch picks on these features: avx512vnni, avx512,
+        avx2, neondot, neonfp16, neon or scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``:
+        AVX-512 needs F, BW, VL and DQ plus FMA and F16C (avx512vnni adds VNNI's ``vpdpbusd``
+        int8 GEMM), AVX2 needs FMA and F16C, NEON is plain AArch64 Advanced SIMD, neonfp16 is
+        NEON plus the ARMv8.2-A fp16 arithmetic (flag ``fp16``: HWCAP fphp + asimdhp), whose
+        fp16-product / fp32-sum kernels fp16 sessions use for convolutions and GEMMs (fp32
+        sessions run the NEON kernels on it), and neondot is neonfp16 plus the ``sdot`` int8
+        GEMM (flag ``dotprod``). EDGESDK_CPU_ISA can
         force a lower level; see :func:`active_isa` for what this process actually runs."""
         def has(*names: str) -> bool:
             return all(self.flags.get(name, False) for name in names)
 
         if has("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"):
-            return "avx512"
+            return "avx512vnni" if has("avx512vnni") else "avx512"
         if has("avx2", "fma", "f16c"):
             return "avx2"
         if has("neon", "fp16"):
-            return "neonfp16"
+            return "neondot" if has("dotprod") else "neonfp16"
         if has("neon"):
             return "neon"
         return "scalar"

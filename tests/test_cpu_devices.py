@@ -40,11 +40,13 @@ def test_devices_text_follows_the_isa_override() -> None:
 
 
 def test_devices_reports_the_fp16_arithmetic_path(monkeypatch, capsys) -> None:
-    """On an aarch64 CPU with FEAT_FP16 the dispatch picks neonfp16, and `edgesdk devices` says so
-    (the module here is x86, so the native answers are stood in for)."""
-    flags = {"neon": True, "fp16": True, "fhm": False, "dotprod": True, "i8mm": False, "bf16": False, "sve": False}
+    """On an aarch64 CPU with FEAT_FP16 the dispatch picks neonfp16 (neondot with the dot
+    product too), and `edgesdk devices` says so (the module here is x86, so the native answers
+    are stood in for)."""
+    flags = {"neon": True, "fp16": True, "fhm": False, "dotprod": False, "i8mm": False, "bf16": False, "sve": False}
     features = native.CpuFeatures("aarch64", "ARM", "implementer 0x41 part 0xd0b", flags)
     assert features.isa_path() == "neonfp16"
+    assert native.CpuFeatures("aarch64", "ARM", "m", {**flags, "dotprod": True}).isa_path() == "neondot"
     assert native.CpuFeatures("aarch64", "ARM", "m", {**flags, "fp16": False}).isa_path() == "neon"
     monkeypatch.setattr(native, "cpu_features", lambda: features)
     monkeypatch.setattr(native, "active_isa", lambda: features.isa_path())
@@ -52,4 +54,4 @@ def test_devices_reports_the_fp16_arithmetic_path(monkeypatch, capsys) -> None:
     assert main(["devices"]) == 0
     out = capsys.readouterr().out
     assert "cpu backend kernels: neonfp16 (this CPU runs: scalar, neon, neonfp16;" in out
-    assert "features: dotprod fp16 neon" in out
+    assert "features: fp16 neon" in out

@@ -1,7 +1,10 @@
 """The C++ kernel library (cpu_native/src/kernels) checked by its standalone driver
 (cpu_native/tests/kernel_tests.cc) against the scalar references: natively with every ISA level
-this CPU runs forced in turn, and cross-compiled for aarch64 under qemu-aarch64 (NEON, and the
-ARMv8.2-A fp16-arithmetic kernels of the neonfp16 level on emulated CPUs that have FEAT_FP16)."""
+this CPU runs forced in turn, and cross-compiled for aarch64 under qemu-aarch64 (NEON, the
+ARMv8.2-A fp16-arithmetic kernels of the neonfp16 level on emulated CPUs that have FEAT_FP16, and the
+dot-product int8 GEMM of the neondot level on those that also have FEAT_DotProd). The int8 (qu8)
+families are checked bit for bit against a naive int64 reference at every level, the avx512vnni
+level included where this CPU has AVX512_VNNI."""
 from __future__ import annotations
 
 import hashlib
@@ -28,40 +31,61 @@ DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
-            "nonfinite"}
+            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_depthwise", "qu8_eltwise", "qu8_pool"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
-PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "gemm_scalar.cc", "reference_scalar.cc"]
+PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "gemm_scalar.cc",
+            "reference_scalar.cc", "qu8_scalar.cc"]
 # Per-file ISA flags, as in CMakeLists.txt: SIMD code only ever runs after runtime dispatch.
+_SKX = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"]
 X86_SIMD = {
     "gemm_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "vector_kernels_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
+    "qu8_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "gemm_avx512.cc": ["-mavx512f", "-mfma", "-mf16c"],  # AVX-512 F alone: f32_igemm_8x32__avx512f
-    "vector_kernels_avx512.cc": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"],
+    "vector_kernels_avx512.cc": _SKX,
+    "qu8_avx512skx.cc": _SKX,
+    "qu8_avx512vnni.cc": [*_SKX, "-mavx512vnni"],  # the avx512vnni level's vpdpbusd GEMM
 }
-ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [],
+ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [], "qu8_neon.cc": [],
             # the ARMv8.2-A fp16-arithmetic kernels (neonfp16 level), these files only
-            "gemm_neonfp16.cc": ["-march=armv8.2-a+fp16"], "depthwise_neonfp16.cc": ["-march=armv8.2-a+fp16"]}
+            "gemm_neonfp16.cc": ["-march=armv8.2-a+fp16"], "depthwise_neonfp16.cc": ["-march=armv8.2-a+fp16"],
+            # the ARMv8.2-A dot-product qu8 GEMM (neondot level)
+            "qu8_neondot.cc": ["-march=armv8.2-a+dotprod"]}
 
 X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
 
 # Microkernel names (cpu_native/src/kernels/ukernels.h): XNNPACK's <datatype>_<op>_<tile>__<isa>.
 # The ISA suffixes each level's kernels may carry, its GEMM tile (MR x NR), and the slots its table
 # fills (dispatch.h; neonfp16 adds the fp16-arithmetic ones).
-KERNEL_SUFFIXES = {"scalar": {"scalar"}, "avx2": {"avx2"}, "avx512": {"avx512f", "avx512skx"}, "neon": {"neon"},
-                   "neonfp16": {"neon", "neonfp16"}}
-VECTOR_LANES = {"avx2": 8, "avx512": 16, "neon": 4, "neonfp16": 4}
-GEMM_TILES = {"scalar": "4x4", "avx2": "6x16", "avx512": "8x32", "neon": "8x8", "neonfp16": "8x8"}
+KERNEL_SUFFIXES = {"scalar": {"scalar"}, "avx2": {"avx2"}, "avx512": {"avx512f", "avx512skx"},
+                   "avx512vnni": {"avx512f", "avx512skx", "avx512vnni"}, "neon": {"neon"},
+                   "neonfp16": {"neon", "neonfp16"}, "neondot": {"neon", "neonfp16", "neondot"}}
+VECTOR_LANES = {"avx2": 8, "avx512": 16, "avx512vnni": 16, "neon": 4, "neonfp16": 4, "neondot": 4}
+GEMM_TILES = {"scalar": "4x4", "avx2": "6x16", "avx512": "8x32", "avx512vnni": "8x32", "neon": "8x8",
+              "neonfp16": "8x8", "neondot": "8x8"}
+# The qu8 GEMM of each level: the 16-bit widening ones, and the dot-product ones of the int8 levels.
+QU8_GEMMS = {"scalar": "qu8_igemm_4x4__scalar", "avx2": "qu8_igemm_4x16c4__avx2",
+             "avx512": "qu8_igemm_8x16c4__avx512skx", "avx512vnni": "qu8_igemm_8x16c4__avx512vnni",
+             "neon": "qu8_igemm_4x16__neon", "neonfp16": "qu8_igemm_4x16__neon",
+             "neondot": "qu8_igemm_4x16c4__neondot"}
+# Levels that are a lower level's table plus a few kernels (dispatch.cc): the slots they change.
+EXTENDS = {"avx512vnni": ("avx512", {"qu8_igemm", "qu8_depthwise"}), "neonfp16": ("neon", {"igemm_f16", "depthwise_f16",
+                                                                          "convert_f32_f16"}),
+           "neondot": ("neonfp16", {"qu8_igemm"})}
 FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
               "softmax", "clustered_gemv", "clustered_decode", "nnm_gather", "row_norm", "log_softmax", "softmax_axis",
               "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear"}
 F16_SLOTS = {"igemm_f16", "depthwise_f16", "convert_f32_f16"}
-KERNEL_NAME = re.compile(r"^(?:f32|f16)_[a-z0-9_]+?(?:_(\d+x\d*|\d+c))?__([a-z0-9]+)$")
+QU8_SLOTS = {"qu8_igemm", "qu8_depthwise", "qu8_maxpool", "qu8_avgpool", "qu8_global_avgpool", "qu8_add", "qu8_mul",
+             "qu8_requantize"}
+F16_LEVELS = {"neonfp16", "neondot"}
+KERNEL_NAME = re.compile(r"^(?:f32|f16|qu8)_[a-z0-9_]+?(?:_(\d+x\d+c\d+|\d+x\d*|\d+c))?__([a-z0-9]+)$")
 
 
 def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     """``names`` ({slot: kernel}) is what the ``isa`` level's table should hold."""
-    assert set(names) == FP32_SLOTS | (F16_SLOTS if isa == "neonfp16" else set()), (isa, names)
+    assert set(names) == FP32_SLOTS | QU8_SLOTS | (F16_SLOTS if isa in F16_LEVELS else set()), (isa, names)
     assert len(set(names.values())) == len(names), f"a kernel name twice in {isa}: {names}"
     for slot, name in names.items():
         m = KERNEL_NAME.match(name)
@@ -70,8 +94,11 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
             assert isa != "scalar" and int(m[1].rstrip("xc")) % VECTOR_LANES[isa] == 0, f"{isa} {slot}: {name!r}"
     assert names["igemm_f32w"].startswith(f"f32_igemm_{GEMM_TILES[isa]}__"), names["igemm_f32w"]
     assert names["igemm_f16w"].startswith(f"f32_f16w_igemm_{GEMM_TILES[isa]}__"), names["igemm_f16w"]
-    if isa == "neonfp16":
+    if isa in F16_LEVELS:
         assert names["igemm_f16"] == "f16_f32acc_igemm_4x16__neonfp16", names
+    assert names["qu8_igemm"] == QU8_GEMMS[isa], names
+    for slot in QU8_SLOTS:
+        assert names[slot].startswith(f"qu8_{slot[4:]}_"), (slot, names[slot])
 
 
 def reported_kernel_names(output: str, isa: str) -> dict[str, str]:
@@ -162,6 +189,8 @@ def expected_x86_isas() -> list[str]:
         isas.append("avx2")
         if all(flags.get(f) for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq")):
             isas.append("avx512")
+            if flags.get("avx512vnni"):
+                isas.append("avx512vnni")
     return isas
 
 
@@ -181,7 +210,7 @@ def test_native_driver_reports_the_isas_this_cpu_runs(native_driver):
 
 
 @pytest.mark.skipif(not X86_LINUX, reason="x86-64 Linux host")
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512vnni"])
 def test_native_kernels_match_scalar_reference(native_driver, isa):
     if isa not in expected_x86_isas():
         pytest.skip(f"this CPU cannot run the {isa} kernels (they are compiled, not executed)")
@@ -216,9 +245,10 @@ def require_qemu_cpu(cpu: str) -> str:
 
 @pytest.mark.skipif(not X86_LINUX, reason="cross-compiles from an x86-64 Linux host")
 @pytest.mark.parametrize(("cpu", "isas"), [
-    # FEAT_FP16 and FHM: every level, neonfp16 included.
-    ("max", ["scalar", "neon", "neonfp16"]),
-    # Plain ARMv8.0: no fp16 arithmetic, so no neonfp16 level and no f16 family run.
+    # FEAT_FP16, FHM and DotProd: every level, neonfp16 and neondot (the sdot qu8 GEMM) included.
+    ("max", ["scalar", "neon", "neonfp16", "neondot"]),
+    # Plain ARMv8.0: no fp16 arithmetic and no dot product, so no neonfp16 or neondot level and no
+    # f16 family run; the qu8 families run the 16-bit widening NEON GEMM.
     ("cortex-a53", ["scalar", "neon"]),
 ])
 def test_neon_kernels_under_qemu(aarch64_driver, cpu, isas):
@@ -228,13 +258,16 @@ def test_neon_kernels_under_qemu(aarch64_driver, cpu, isas):
     assert re.search(rf"^supported isas: {' '.join(isas)}$", out, re.M), out
     assert re.search(rf"^checked isas: {' '.join(isas)}$", out, re.M), out
     for isa in isas:
-        assert_all_families_pass(out, isa, FAMILIES | (F16_FAMILIES if isa == "neonfp16" else set()))
+        assert_all_families_pass(out, isa, FAMILIES | (F16_FAMILIES if isa in F16_LEVELS else set()))
     f16_checked = {isa for (fam, isa) in verdicts(out) if fam in F16_FAMILIES}
-    assert f16_checked == ({"neonfp16"} & set(isas)), out
-    if "neonfp16" not in isas:  # forcing it fails cleanly instead of running into SIGILL
-        env = {**os.environ, "EDGESDK_CPU_ISA": "neonfp16"}
-        code, out = run_driver(qemu, "-cpu", cpu, aarch64_driver, env=env)
-        assert code == 2 and "FAIL setup neonfp16 this CPU cannot run the neonfp16 kernels" in out, out
+    assert f16_checked == (F16_LEVELS & set(isas)), out
+    if "neondot" in isas:  # the sdot kernel, not the widening one, ran the qu8 families there
+        assert reported_kernel_names(out, "neondot")["qu8_igemm"] == "qu8_igemm_4x16c4__neondot", out
+    for level in ("neonfp16", "neondot"):
+        if level not in isas:  # forcing it fails cleanly instead of running into SIGILL
+            env = {**os.environ, "EDGESDK_CPU_ISA": level}
+            code, out = run_driver(qemu, "-cpu", cpu, aarch64_driver, env=env)
+            assert code == 2 and f"FAIL setup {level} this CPU cannot run the {level} kernels" in out, out
 
 
 @pytest.mark.skipif(not X86_LINUX, reason="cross-compiles from an x86-64 Linux host")
@@ -243,12 +276,14 @@ def test_neonfp16_kernels_need_no_fhm(aarch64_driver):
     neonfp16 level must be chosen there and its kernels must not use FHM instructions (qemu raises
     SIGILL on an instruction the emulated CPU lacks)."""
     qemu = require_qemu_cpu("cortex-a76")
-    env = {**os.environ, "EDGESDK_CPU_ISA": "neonfp16"}
-    code, out = run_driver(qemu, "-cpu", "cortex-a76", aarch64_driver, env=env)
-    assert code == 0, out
-    assert re.search(r"^supported isas: scalar neon neonfp16$", out, re.M), out
-    assert re.search(r"^checked isas: neonfp16$", out, re.M), out
-    assert_all_families_pass(out, "neonfp16", FAMILIES | F16_FAMILIES)
+    # (Cortex-A76 has FEAT_DotProd too: the neondot level, neonfp16 plus the sdot qu8 GEMM.)
+    for level in ("neonfp16", "neondot"):
+        env = {**os.environ, "EDGESDK_CPU_ISA": level}
+        code, out = run_driver(qemu, "-cpu", "cortex-a76", aarch64_driver, env=env)
+        assert code == 0, out
+        assert re.search(r"^supported isas: scalar neon neonfp16 neondot$", out, re.M), out
+        assert re.search(rf"^checked isas: {level}$", out, re.M), out
+        assert_all_families_pass(out, level, FAMILIES | F16_FAMILIES)
 
 
 # ---- the Python bindings (edgesdk._native.kernels) ------------------------------------------------
@@ -276,16 +311,24 @@ def test_bindings_gemm_and_fp16_weights(kernels):
 
 def test_bindings_kernel_names(kernels):
     """kernel_names(isa): the microkernel in every slot of a level's table, for each level compiled in
-    here (run or not by this CPU); the GEMM tile in the name is the one the packed weights use."""
-    compiled = ["scalar", "avx2", "avx512"] if platform.machine() in ("x86_64", "AMD64") else \
-        ["scalar", "neon", "neonfp16"]
+    here (run or not by this CPU); the GEMM tile in the name is the one the packed weights use. A level
+    that extends another (avx512vnni, neonfp16, neondot) differs from it in its own slots only."""
+    compiled = ["scalar", "avx2", "avx512", "avx512vnni"] if platform.machine() in ("x86_64", "AMD64") else \
+        ["scalar", "neon", "neonfp16", "neondot"]
     assert kernels.kernel_names() == kernels.kernel_names(kernels.active_isa())
     for isa in compiled:
         names = kernels.kernel_names(isa)
         assert_kernel_names(names, isa)
+        if isa in EXTENDS:
+            base, changed = EXTENDS[isa]
+            base_names = kernels.kernel_names(base)
+            assert {s for s in names if names[s] != base_names.get(s)} == changed, (isa, names, base_names)
         if isa in kernels.supported_isas():
             packed = kernels.pack_gemm(np.ones((3, 4), np.float32), isa=isa)
             assert f"x{packed.nr}__" in names["igemm_f32w"] and packed.isa == isa, (names, packed.nr)
+            qpacked = kernels.pack_qu8_conv(np.ones((3, 4), np.int8), None, 0, np.full(3, 1 << 30, np.int32),
+                                            np.zeros(3, np.int32), 0, isa=isa)
+            assert qpacked.kernel_name == names["qu8_igemm"] and f"x{qpacked.nr}" in qpacked.kernel_name, qpacked
     assert kernels.kernel_names("scalar")["igemm_f32w"] == "f32_igemm_4x4__scalar"
     with pytest.raises(ValueError, match="unknown ISA"):
         kernels.kernel_names("sse2")

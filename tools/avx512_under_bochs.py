@@ -3,8 +3,9 @@
 
 Neither this machine's CPU nor qemu-user runs AVX-512; Bochs (Debian's bochs package, built with
 EVEX support) emulates it, but only as a whole PC. So this boots a minimal Linux under Bochs with
-the CPU model corei7_skylake_x (AVX-512 F/CD/BW/DQ/VL: what the avx512 level needs) and runs the
-standalone kernel driver (cpu_native/tests/kernel_tests.cc) forced to that level in it:
+the CPU model corei7_skylake_x (AVX-512 F/CD/BW/DQ/VL: what the avx512 level needs; no VNNI, so the
+int8 families run the level's AVX-512BW qu8 kernels, not the avx512vnni level's vpdpbusd GEMM) and
+runs the standalone kernel driver (cpu_native/tests/kernel_tests.cc) forced to that level in it:
 
 1. builds a static x86-64 kernel_tests (tests/test_native_kernels.build_driver, tag bochs-x86_64)
    and a static /init (cpu_native/tests/bochs_init.c);

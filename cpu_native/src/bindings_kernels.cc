@@ -21,6 +21,7 @@ namespace k = edgesdk::kernels;
 using namespace edgesdk::bindings;
 
 void register_ops_kernels(py::module_& km);  // bindings_ops.cc
+void register_qu8_kernels(py::module_& km);  // bindings_qu8.cc
 
 namespace {
 
@@ -56,7 +57,8 @@ void register_kernels(py::module_& m) {
   }, "ISA levels this CPU can run, lowest first.");
   km.def("active_isa", [] { return std::string(k::active_kernels().name); }, "The level kernels use by default.");
   km.def("set_isa", [](const std::string& name) { k::set_active_isa(k::parse_isa(name)); },
-         "Forces a level (scalar, avx2, avx512, neon, neonfp16) process-wide; raises if this CPU cannot run it.");
+         "Forces a level (scalar, avx2, avx512, avx512vnni, neon, neonfp16, neondot) process-wide; raises if "
+         "this CPU cannot run it.");
   km.def("reset_isa", &k::reset_active_isa, "Back to the best level (or EDGESDK_CPU_ISA).");
   km.def("kernel_names", [](std::optional<std::string> isa) {
     py::dict out;
@@ -332,4 +334,5 @@ void register_kernels(py::module_& m) {
      "NNM: out[..., k] = act(bias[k] + sum_g cent[..., g*K' + assign[g, k]]).");
 
   register_ops_kernels(km);
+  register_qu8_kernels(km);
 }

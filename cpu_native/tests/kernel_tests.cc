@@ -1,7 +1,8 @@
 // Standalone kernel test driver (no Python, no test framework): checks every kernel family of
 // every ISA level this CPU can run (or only the one named by --isa / EDGESDK_CPU_ISA) against
 // independent naive references (GEMM, convolution, clustered, NNM) and against the scalar
-// kernels (the other families), on odd sizes and tails; levels with fp16-arithmetic kernels
+// kernels (the other families), on odd sizes and tails, and the qu8 (int8) families bit for bit
+// against a naive int64 reference of the int8 formulas; levels with fp16-arithmetic kernels
 // (neonfp16) also run f16_gemm, f16_conv and f16_depthwise against a scalar model of their
 // rounding (and print an INFO line with their drift on K = 4608). Prints one line per family and ISA:
 //   PASS <family> <isa> <cases>      or      FAIL <family> <isa> <first mismatch>
@@ -26,6 +27,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
+#include "kernels/operators_qu8.h"
 #include "kernels/thread_pool.h"
 
 using namespace edgesdk::kernels;
@@ -1172,6 +1174,521 @@ void measure_f16_gemm(const KernelTable& t) {
               k, max_err / rms, std::sqrt(sq_err / static_cast<double>(m * n)) / rms, max_ref / rms);
 }
 
+// ---- qu8 (int8) -------------------------------------------------------------------------------
+// Every qu8 family against an independent naive reference: the formulas of the int8 spec written
+// out again here (int64 arithmetic, not requantization.h), so the scalar kernels are checked too,
+// and every level must match them bit for bit (Family::check_bytes: no tolerance).
+namespace qu8ref {
+
+int32_t srdhm(int32_t a, int32_t b) {
+  if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+  const int64_t ab = static_cast<int64_t>(a) * b;
+  const int64_t nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
+  return static_cast<int32_t>((ab + nudge) / (1LL << 31));
+}
+
+int32_t rdbpot(int32_t x, int e) {
+  const int32_t mask = static_cast<int32_t>((1LL << e) - 1), rem = x & mask;
+  const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+  return (x >> e) + (rem > threshold ? 1 : 0);
+}
+
+int32_t requantize(int64_t acc, int32_t mult, int32_t shift) {
+  const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+  const int64_t shifted = acc * (int64_t{1} << left);  // acc may be the exact (int64) sum of Add
+  const int32_t x = static_cast<int32_t>(std::clamp<int64_t>(shifted, INT32_MIN, INT32_MAX));
+  return rdbpot(srdhm(x, mult), right);
+}
+
+uint8_t output(int64_t acc, int32_t mult, int32_t shift, int32_t zp, int qmin, int qmax) {
+  return static_cast<uint8_t>(std::clamp<int64_t>(static_cast<int64_t>(requantize(acc, mult, shift)) + zp, qmin, qmax));
+}
+
+// int32 accumulation wraps modulo 2^32 (ukernels.h): the reference sums in int64 and wraps once.
+int32_t wrap(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v))); }
+
+}  // namespace qu8ref
+
+std::vector<uint8_t> random_u8(size_t n) {
+  std::vector<uint8_t> v(n);
+  for (auto& x : v) x = static_cast<uint8_t>(rng());
+  return v;
+}
+
+std::vector<int8_t> random_i8(size_t n) {
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = static_cast<int8_t>(rng());
+  return v;
+}
+
+int32_t random_multiplier() { return static_cast<int32_t>((1u << 30) + rng() % (1u << 30)); }
+
+// A shift that maps sums of typical magnitude `scale` to ~ +-60 (outputs that are neither all
+// clamped nor all zero): multiplier/2^31 is in [0.5, 1), so 2^shift ~ 64 / scale.
+int32_t shift_for(double scale) {
+  const int s = static_cast<int>(std::lround(std::log2(64.0 / std::max(scale, 1.0))));
+  return std::clamp(s, -31, 30);
+}
+
+// Extreme multipliers and shifts for a fraction of the channels.
+const int32_t kQu8Multipliers[] = {0, 1, -1, INT32_MIN, INT32_MAX, 1 << 30, (1 << 30) + 1, 1518500250, -1518500250};
+const int32_t kQu8Shifts[] = {-31, -30, -17, -1, 0, 1, 7, 30};
+
+// Per-channel (multiplier, shift): realistic for sums of magnitude `scale`, every `extreme`-th one
+// extreme.
+void qu8_channel_scales(size_t n, double scale, size_t extreme, std::vector<int32_t>& mult, std::vector<int32_t>& shift) {
+  mult.resize(n);
+  shift.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    mult[j] = random_multiplier();
+    shift[j] = shift_for(scale) + static_cast<int32_t>(rng() % 3) - 1;
+    shift[j] = std::clamp(shift[j], -31, 30);
+    if (extreme != 0 && j % extreme == extreme - 1) {
+      mult[j] = kQu8Multipliers[rng() % (sizeof kQu8Multipliers / sizeof kQu8Multipliers[0])];
+      shift[j] = kQu8Shifts[rng() % (sizeof kQu8Shifts / sizeof kQu8Shifts[0])];
+    }
+  }
+}
+
+// Zero points and clamps cycled through by the case index.
+const uint8_t kQu8ZeroPoints[] = {0, 128, 255, 3, 77};
+struct Qu8Clamp { int qmin, qmax; };
+const Qu8Clamp kQu8Clamps[] = {{0, 255}, {0, 255}, {128, 255}, {10, 200}, {0, 255}, {37, 37}};
+
+[[gnu::noinline]] bool check_bytes(Family& fam, const std::string& what, const uint8_t* got, const uint8_t* want,
+                                   size_t n) {
+  ++fam.cases;
+  for (size_t i = 0; i < n; ++i)
+    if (got[i] != want[i]) {
+      if (fam.failure.empty()) {
+        char buf[512];
+        std::snprintf(buf, sizeof buf, "%s: byte %zu got %d want %d", what.c_str(), i, got[i], want[i]);
+        fam.failure = buf;
+      }
+      return false;
+    }
+  return true;
+}
+
+// The naive convolution (groups 1, OHWI weights): padding adds (x_zp - x_zp) * w = 0.
+std::vector<uint8_t> qu8_naive_conv(const ConvCase& cc, const uint8_t* x, const int8_t* w, const int32_t* bias,
+                                    int x_zp, const int32_t* mult, const int32_t* shift, int y_zp, Qu8Clamp cl,
+                                    size_t oh, size_t ow) {
+  const ConvGeometry& g = cc.g;
+  const size_t kdim = g.kh * g.kw * cc.c;
+  std::vector<uint8_t> y(cc.n * oh * ow * cc.oc);
+  for (size_t b = 0; b < cc.n; ++b)
+    for (size_t oy = 0; oy < oh; ++oy)
+      for (size_t ox = 0; ox < ow; ++ox)
+        for (size_t o = 0; o < cc.oc; ++o) {
+          int64_t acc = bias != nullptr ? bias[o] : 0;
+          for (size_t ky = 0; ky < g.kh; ++ky)
+            for (size_t kx = 0; kx < g.kw; ++kx) {
+              const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+              const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+              if (iy < 0 || ix < 0 || iy >= static_cast<long>(cc.h) || ix >= static_cast<long>(cc.w)) continue;
+              for (size_t ci = 0; ci < cc.c; ++ci)
+                acc += (x[((b * cc.h + iy) * cc.w + ix) * cc.c + ci] - x_zp) * w[o * kdim + (ky * g.kw + kx) * cc.c + ci];
+            }
+          y[((b * oh + oy) * ow + ox) * cc.oc + o] =
+              qu8ref::output(qu8ref::wrap(acc), mult[o], shift[o], y_zp, cl.qmin, cl.qmax);
+        }
+  return y;
+}
+
+// Requantization at the edges, through the GEMM (whose accumulator is bias + (x - x_zp) * w, so a
+// bias sets it to any int32) and through the tensor rescale kernel. Every shift from -31 to 30,
+// with multipliers near 0.5 and 1 and extreme ones; accumulators placed so that the rounding of
+// srdhm or rdbpot meets an exact half (neighbours +-1, +-2 in other rows), INT32_MIN / MAX and
+// their neighbours, and left shifts that saturate.
+void test_qu8_requant(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_requant", t.name};
+  std::vector<int32_t> bias, mult, shift;
+  const int32_t base_mults[] = {1 << 30, (1 << 30) + 1, 1518500250, INT32_MAX, 1073741823 + 536870912};
+  for (int32_t s = -31; s <= 30; ++s)
+    for (int32_t m0 : base_mults)
+      for (int rep = 0; rep < (g_quick ? 1 : 2); ++rep) {
+        const int32_t m = rep == 0 ? m0 : random_multiplier();
+        // Target: y = t * 2^e + 2^(e-1) after srdhm (a tie of rdbpot), t small so the output byte
+        // shows it; acc ~ y * 2^31 / m (srdhm's own half sits among the neighbours).
+        const int e = s < 0 ? -s : 0;
+        const double tval = static_cast<double>(static_cast<int>(rng() % 200) - 100);
+        double y = std::ldexp(tval, e) + (e > 0 ? std::ldexp(1.0, e - 1) : 0.5);
+        if (s > 0) y = std::ldexp(y, -s);  // a left shift multiplies acc first
+        const double acc = std::clamp(y * 2147483648.0 / m, -2147483648.0, 2147483647.0);
+        bias.push_back(static_cast<int32_t>(std::llround(acc)));
+        mult.push_back(m);
+        shift.push_back(s);
+      }
+  const int32_t edges[] = {INT32_MIN, INT32_MIN + 1, INT32_MIN + 2, -1, 0, 1, INT32_MAX - 1, INT32_MAX, 1 << 30,
+                           -(1 << 30), (1 << 30) + 1, 3, -3};
+  for (int32_t acc : edges)
+    for (int32_t m : kQu8Multipliers)
+      for (int32_t s : kQu8Shifts) {
+        bias.push_back(acc);
+        mult.push_back(m);
+        shift.push_back(s);
+      }
+  const size_t n = bias.size();
+  const int deltas[] = {0, 1, -1, 2, -2, 100, -128, 127, 3};
+  const size_t m_rows = sizeof deltas / sizeof deltas[0];
+  for (size_t kdim : {size_t{1}, size_t{6}}) {
+    const int x_zp = 128;
+    auto w = random_i8(n * kdim);
+    for (size_t j = 0; j < n; ++j) w[j * kdim] = 1;  // column j: acc = bias[j] + delta
+    std::vector<uint8_t> a(m_rows * kdim, static_cast<uint8_t>(x_zp));
+    for (size_t i = 0; i < m_rows; ++i) a[i * kdim] = static_cast<uint8_t>(x_zp + deltas[i]);
+    for (const Qu8Clamp cl : {Qu8Clamp{0, 255}, Qu8Clamp{1, 254}}) {
+      const int y_zp = 128;
+      auto packed = pack_qu8_gemm_weights(w.data(), n, kdim, bias.data(), x_zp, mult.data(), shift.data(), y_zp,
+                                          cl.qmin, cl.qmax, &t);
+      std::vector<uint8_t> got(m_rows * n), want(m_rows * n);
+      qu8_gemm(a.data(), m_rows, kdim, packed, got.data(), n, 2);
+      for (size_t i = 0; i < m_rows; ++i)
+        for (size_t j = 0; j < n; ++j)
+          want[i * n + j] = qu8ref::output(qu8ref::wrap(static_cast<int64_t>(bias[j]) + deltas[i]), mult[j], shift[j],
+                                           y_zp, cl.qmin, cl.qmax);
+      check_bytes(fam, "requant via gemm K=" + std::to_string(kdim) + " clamp " + std::to_string(cl.qmin), got.data(),
+                  want.data(), got.size());
+    }
+  }
+  // The tensor rescale: x - x_zp in [-255, 255] through every shift and the extreme multipliers.
+  size_t index = 0;
+  for (int32_t s = -31; s <= 30; s += g_quick ? 3 : 1) {
+    ++index;
+    const size_t count = 1 + index * 7 % 70;
+    const int x_zp = kQu8ZeroPoints[index % 5], y_zp = kQu8ZeroPoints[(index + 2) % 5];
+    const Qu8Clamp cl = kQu8Clamps[index % 6];
+    const int32_t m = index % 3 == 0 ? kQu8Multipliers[index % 9] : random_multiplier();
+    auto x = random_u8(count);
+    std::vector<uint8_t> got(count), want(count);
+    qu8_requantize(x.data(), count, x_zp, got.data(), y_zp, m, s, cl.qmin, cl.qmax, 1 + index % 2, &t);
+    for (size_t i = 0; i < count; ++i) want[i] = qu8ref::output(x[i] - x_zp, m, s, y_zp, cl.qmin, cl.qmax);
+    check_bytes(fam, "requantize shift=" + std::to_string(s) + " n=" + std::to_string(count), got.data(), want.data(),
+                count);
+  }
+  report(fam);
+}
+
+void test_qu8_gemm(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_gemm", t.name};
+  const size_t ms[] = {1, 2, 3, 5, 8, 9, 17, 33};
+  const size_t ns[] = {1, 3, 15, 16, 17, 33, 40};
+  const size_t ks[] = {1, 3, 4, 5, 7, 8, 16, 17, 33, 100, 300};
+  size_t index = 0;
+  for (size_t m : ms)
+    for (size_t n : ns)
+      for (size_t k : ks) {
+        ++index;
+        if (g_quick && (index % 4 != 0 || m > 17)) continue;
+        const int x_zp = kQu8ZeroPoints[index % 5], y_zp = kQu8ZeroPoints[(index / 5) % 5];
+        const Qu8Clamp cl = kQu8Clamps[index % 6];
+        const size_t lda = k + index % 3, ldc = n + 2;
+        auto a = random_u8(m * lda);
+        auto w = random_i8(n * k);
+        std::vector<int32_t> bias(n), mult, shift;
+        for (auto& b : bias) b = static_cast<int32_t>(rng() % 20001) - 10000;
+        qu8_channel_scales(n, std::sqrt(static_cast<double>(k)) * 74 * 74, 7, mult, shift);
+        const int32_t* bp = index % 4 == 1 ? nullptr : bias.data();
+        auto packed = pack_qu8_gemm_weights(w.data(), n, k, bp, x_zp, mult.data(), shift.data(), y_zp, cl.qmin, cl.qmax, &t);
+        std::vector<uint8_t> c(m * ldc, 0xA5);
+        qu8_gemm(a.data(), m, lda, packed, c.data(), ldc, 1 + index % 2);
+        std::vector<uint8_t> got(m * n), want(m * n);
+        bool pad_ok = true;
+        for (size_t i = 0; i < m; ++i) {
+          for (size_t j = 0; j < n; ++j) {
+            int64_t acc = bp != nullptr ? bp[j] : 0;
+            for (size_t kk = 0; kk < k; ++kk) acc += (a[i * lda + kk] - x_zp) * w[j * k + kk];
+            want[i * n + j] = qu8ref::output(qu8ref::wrap(acc), mult[j], shift[j], y_zp, cl.qmin, cl.qmax);
+            got[i * n + j] = c[i * ldc + j];
+          }
+          for (size_t j = n; j < ldc; ++j) pad_ok &= c[i * ldc + j] == 0xA5;
+        }
+        if (!pad_ok && fam.failure.empty()) fam.failure = "qu8 gemm wrote past N " + dims({m, n, k});
+        check_bytes(fam, "qu8 gemm " + dims({m, n, k}) + " x_zp=" + std::to_string(x_zp), got.data(), want.data(),
+                    got.size());
+      }
+  report(fam);
+}
+
+void test_qu8_conv(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_conv", t.name};
+  const ConvCase cases[] = {
+      {1, 5, 7, 3, 5, geom(1, 1, 1, 1, 0, 0, 0, 0)},     // 1x1 stride 1: the GEMM path
+      {2, 6, 5, 17, 33, geom(1, 1, 2, 1, 0, 0, 0, 0)},   // 1x1 stride 2: indirect
+      {1, 7, 9, 5, 17, geom(3, 3, 1, 1, 1, 1, 1, 1)},    // C not a multiple of 4
+      {2, 9, 8, 3, 16, geom(3, 3, 2, 1, 1, 1, 1, 1)},    // RGB-like stem
+      {1, 11, 10, 1, 1, geom(5, 5, 1, 2, 4, 4, 4, 4)},   // dilation 2
+      {1, 13, 13, 3, 24, geom(7, 7, 2, 1, 3, 3, 3, 3)},  // stem-like
+      {1, 6, 7, 17, 5, geom(3, 2, 1, 1, 0, 1, 2, 0)},    // asymmetric kernel and padding
+      {1, 4, 4, 65, 65, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+      {1, 6, 6, 32, 40, geom(3, 3, 1, 1, 1, 1, 1, 1)},   // C a multiple of 4 and 16
+      {1, 3, 3, 8, 19, geom(3, 3, 1, 1, 2, 2, 2, 2)},    // windows entirely in the padding
+  };
+  size_t index = 0;
+  for (const ConvCase& cc : cases) {
+    ++index;
+    const int x_zp = kQu8ZeroPoints[index % 5], y_zp = kQu8ZeroPoints[(index + 1) % 5];
+    const Qu8Clamp cl = kQu8Clamps[index % 6];
+    const size_t kdim = cc.g.kh * cc.g.kw * cc.c;
+    auto x = random_u8(cc.n * cc.h * cc.w * cc.c);
+    auto w = random_i8(cc.oc * kdim);
+    std::vector<int32_t> bias(cc.oc), mult, shift;
+    for (auto& b : bias) b = static_cast<int32_t>(rng() % 200001) - 100000;
+    qu8_channel_scales(cc.oc, std::sqrt(static_cast<double>(kdim)) * 74 * 74, 5, mult, shift);
+    const int32_t* bp = index % 3 == 2 ? nullptr : bias.data();
+    auto packed = pack_qu8_gemm_weights(w.data(), cc.oc, kdim, bp, x_zp, mult.data(), shift.data(), y_zp, cl.qmin,
+                                        cl.qmax, &t, cc.g.kh, cc.g.kw);
+    Qu8ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed);
+    const size_t oh = plan.out_h(), ow = plan.out_w(), pixels = cc.n * oh * ow;
+    const std::string what = "qu8 conv " + dims({cc.n, cc.h, cc.w, cc.c, cc.oc, cc.g.kh, cc.g.kw, cc.g.stride_h});
+    // Runs: the input, a second buffer (inverted bytes: the indirection must be rebuilt) and the
+    // first again at a wider pixel stride (with a wider output stride too).
+    for (int run = 0; run < 3; ++run) {
+      std::vector<uint8_t> xr = x;
+      if (run == 1)
+        for (auto& v : xr) v = static_cast<uint8_t>(255 - v);
+      const size_t in_stride = run == 2 ? cc.c + 5 : cc.c, out_stride = run == 2 ? cc.oc + 3 : cc.oc;
+      std::vector<uint8_t> xs(cc.n * cc.h * cc.w * in_stride, 0xEE);
+      for (size_t p = 0; p < cc.n * cc.h * cc.w; ++p)
+        for (size_t ci = 0; ci < cc.c; ++ci) xs[p * in_stride + ci] = xr[p * cc.c + ci];
+      std::vector<uint8_t> y(pixels * out_stride, 0x5A);
+      plan.run(xs.data(), y.data(), 1 + (index + run) % 2, in_stride, out_stride);
+      const auto want = qu8_naive_conv(cc, xr.data(), w.data(), bp, x_zp, mult.data(), shift.data(), y_zp, cl, oh, ow);
+      std::vector<uint8_t> got(pixels * cc.oc);
+      bool pad_ok = true;
+      for (size_t p = 0; p < pixels; ++p) {
+        for (size_t o = 0; o < cc.oc; ++o) got[p * cc.oc + o] = y[p * out_stride + o];
+        for (size_t o = cc.oc; o < out_stride; ++o) pad_ok &= y[p * out_stride + o] == 0x5A;
+      }
+      if (!pad_ok && fam.failure.empty()) fam.failure = what + " wrote past the output channels";
+      check_bytes(fam, what + (run == 1 ? " (new input)" : run == 2 ? " (pixel stride)" : ""), got.data(), want.data(),
+                  got.size());
+    }
+  }
+  report(fam);
+}
+
+void test_qu8_depthwise(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_depthwise", t.name};
+  struct Case { size_t n, h, w, c, mult; ConvGeometry g; };
+  const Case cases[] = {
+      {1, 7, 8, 1, 1, geom(3, 3, 1, 1, 1, 1, 1, 1)},   {2, 9, 7, 3, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 8, 8, 5, 1, geom(3, 3, 1, 2, 2, 2, 2, 2)},   {1, 10, 9, 17, 1, geom(5, 5, 2, 1, 2, 2, 2, 2)},
+      {1, 6, 6, 40, 1, geom(3, 3, 1, 1, 0, 0, 1, 1)},  {1, 5, 6, 67, 1, geom(3, 3, 2, 1, 1, 1, 0, 0)},
+      {1, 6, 5, 3, 2, geom(3, 3, 1, 1, 1, 1, 1, 1)},   {1, 5, 5, 2, 9, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+      {1, 4, 4, 5, 17, geom(1, 1, 1, 1, 0, 0, 0, 0)},  {1, 4, 37, 19, 1, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+      {1, 5, 12, 33, 1, geom(5, 5, 1, 2, 4, 4, 4, 4)}, {1, 3, 3, 16, 1, geom(3, 3, 1, 1, 3, 3, 3, 3)},
+      {1, 6, 7, 96, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+  };
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    ++index;
+    const int x_zp = kQu8ZeroPoints[index % 5], y_zp = kQu8ZeroPoints[(index + 3) % 5];
+    const Qu8Clamp cl = kQu8Clamps[index % 6];
+    const size_t oc = cs.c * cs.mult, taps = cs.g.kh * cs.g.kw;
+    auto x = random_u8(cs.n * cs.h * cs.w * cs.c);
+    auto w = random_i8(taps * oc);
+    std::vector<int32_t> bias(oc), mult, shift;
+    for (auto& b : bias) b = static_cast<int32_t>(rng() % 20001) - 10000;
+    qu8_channel_scales(oc, std::sqrt(static_cast<double>(taps)) * 74 * 74, 6, mult, shift);
+    const int32_t* bp = index % 4 == 0 ? nullptr : bias.data();
+    const size_t oh = conv_output_size(cs.h, cs.g.kh, cs.g.stride_h, cs.g.dil_h, cs.g.pad_top, cs.g.pad_bottom);
+    const size_t ow = conv_output_size(cs.w, cs.g.kw, cs.g.stride_w, cs.g.dil_w, cs.g.pad_left, cs.g.pad_right);
+    std::vector<uint8_t> got(cs.n * oh * ow * oc), want(got.size());
+    qu8_depthwise_conv(x.data(), cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g, w.data(), bp, x_zp, mult.data(), shift.data(),
+                       y_zp, cl.qmin, cl.qmax, got.data(), 1 + index % 2, &t);
+    const ConvGeometry& g = cs.g;
+    for (size_t b = 0; b < cs.n; ++b)
+      for (size_t oy = 0; oy < oh; ++oy)
+        for (size_t ox = 0; ox < ow; ++ox)
+          for (size_t o = 0; o < oc; ++o) {
+            int64_t acc = bp != nullptr ? bp[o] : 0;
+            for (size_t ky = 0; ky < g.kh; ++ky)
+              for (size_t kx = 0; kx < g.kw; ++kx) {
+                const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+                const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+                if (iy < 0 || ix < 0 || iy >= static_cast<long>(cs.h) || ix >= static_cast<long>(cs.w)) continue;
+                acc += (x[((b * cs.h + iy) * cs.w + ix) * cs.c + o / cs.mult] - x_zp) * w[(ky * g.kw + kx) * oc + o];
+              }
+            want[((b * oh + oy) * ow + ox) * oc + o] =
+                qu8ref::output(qu8ref::wrap(acc), mult[o], shift[o], y_zp, cl.qmin, cl.qmax);
+          }
+    check_bytes(fam, "qu8 depthwise " + dims({cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g.kh, cs.g.stride_h}), got.data(),
+                want.data(), got.size());
+  }
+  report(fam);
+}
+
+void test_qu8_eltwise(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_eltwise", t.name};
+  size_t index = 0;
+  for (size_t c : {1, 3, 8, 15, 16, 17, 33, 100})
+    for (Broadcast bc : {Broadcast::None, Broadcast::PerChannel, Broadcast::Scalar})
+      for (int op = 0; op < 2; ++op) {
+        ++index;
+        const size_t rows = 3;
+        const int a_zp = kQu8ZeroPoints[index % 5], b_zp = kQu8ZeroPoints[(index + 1) % 5];
+        const int y_zp = kQu8ZeroPoints[(index + 2) % 5];
+        const Qu8Clamp cl = kQu8Clamps[index % 6];
+        auto a = random_u8(rows * c), b = random_u8(bc == Broadcast::None ? rows * c : bc == Broadcast::PerChannel ? c : 1);
+        std::vector<uint8_t> got(rows * c), want(rows * c);
+        const bool extreme = index % 5 == 4;
+        if (op == 0) {
+          // TFLite-like: inputs scaled to < 1 of twice the larger input scale, then the sum back.
+          int32_t am = random_multiplier(), as = -1 - static_cast<int32_t>(rng() % 3);
+          int32_t bm = random_multiplier(), bs = -1 - static_cast<int32_t>(rng() % 3);
+          int32_t om = random_multiplier(), os = -18 - static_cast<int32_t>(rng() % 3);
+          if (extreme) {  // left shifts that saturate sa and sb, and their saturating sum
+            as = kQu8Shifts[index % 8];
+            bs = kQu8Shifts[(index + 3) % 8];
+            am = kQu8Multipliers[index % 9];
+            os = kQu8Shifts[(index + 5) % 8];
+          }
+          qu8_add(a.data(), a_zp, b.data(), b_zp, got.data(), y_zp, rows, c, bc, am, as, bm, bs, om, os, cl.qmin,
+                  cl.qmax, 1 + index % 2, &t);
+          for (size_t r = 0; r < rows; ++r)
+            for (size_t i = 0; i < c; ++i) {
+              const int bv = bc == Broadcast::None ? b[r * c + i] : bc == Broadcast::PerChannel ? b[i] : b[0];
+              const int64_t sa = qu8ref::requantize(static_cast<int64_t>(a[r * c + i] - a_zp) * (1 << 20), am, as);
+              const int64_t sb = qu8ref::requantize(static_cast<int64_t>(bv - b_zp) * (1 << 20), bm, bs);
+              want[r * c + i] = qu8ref::output(sa + sb, om, os, y_zp, cl.qmin, cl.qmax);
+            }
+        } else {
+          int32_t m = random_multiplier(), s = -8 - static_cast<int32_t>(rng() % 3);
+          if (extreme) {
+            m = kQu8Multipliers[index % 9];
+            s = kQu8Shifts[index % 8];
+          } else if (index % 5 == 2) {  // x * 2^-3 exactly: rdbpot's halves on every eighth product
+            m = 1 << 30;
+            s = -2;
+          }
+          qu8_mul(a.data(), a_zp, b.data(), b_zp, got.data(), y_zp, rows, c, bc, m, s, cl.qmin, cl.qmax, 1 + index % 2,
+                  &t);
+          for (size_t r = 0; r < rows; ++r)
+            for (size_t i = 0; i < c; ++i) {
+              const int bv = bc == Broadcast::None ? b[r * c + i] : bc == Broadcast::PerChannel ? b[i] : b[0];
+              want[r * c + i] = qu8ref::output((a[r * c + i] - a_zp) * (bv - b_zp), m, s, y_zp, cl.qmin, cl.qmax);
+            }
+        }
+        check_bytes(fam, std::string(op == 0 ? "qu8 add" : "qu8 mul") + " c=" + std::to_string(c) + " bc=" +
+                             std::to_string(static_cast<int>(bc)),
+                    got.data(), want.data(), got.size());
+      }
+  report(fam);
+}
+
+void test_qu8_pool(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_pool", t.name};
+  struct Case { size_t n, h, w, c; ConvGeometry g; };
+  const Case cases[] = {
+      {1, 7, 7, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)}, {2, 8, 8, 3, geom(2, 2, 2, 1, 0, 0, 0, 0)},
+      {1, 6, 5, 5, geom(3, 3, 1, 1, 1, 1, 1, 1)}, {1, 9, 9, 17, geom(3, 3, 2, 1, 0, 0, 1, 1)},
+      {1, 5, 6, 33, geom(5, 5, 1, 1, 2, 2, 2, 2)}, {1, 7, 7, 8, geom(3, 3, 1, 2, 2, 2, 2, 2)},
+      {1, 4, 5, 70, geom(3, 3, 1, 1, 1, 1, 1, 1)}, {1, 2, 2, 16, geom(1, 1, 1, 1, 1, 1, 1, 1)},  // windows in padding only
+  };
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    const ConvGeometry& g = cs.g;
+    const size_t oh = conv_output_size(cs.h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+    const size_t ow = conv_output_size(cs.w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+    auto x = random_u8(cs.n * cs.h * cs.w * cs.c);
+    std::vector<uint8_t> got(cs.n * oh * ow * cs.c), want(got.size());
+    {
+      ++index;
+      qu8_maxpool(x.data(), cs.n, cs.h, cs.w, cs.c, g, got.data(), 1 + index % 2, &t);
+      for (size_t b = 0; b < cs.n; ++b)
+        for (size_t oy = 0; oy < oh; ++oy)
+          for (size_t ox = 0; ox < ow; ++ox)
+            for (size_t ch = 0; ch < cs.c; ++ch) {
+              int best = 0;
+              for (size_t ky = 0; ky < g.kh; ++ky)
+                for (size_t kx = 0; kx < g.kw; ++kx) {
+                  const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+                  const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+                  if (iy < 0 || ix < 0 || iy >= static_cast<long>(cs.h) || ix >= static_cast<long>(cs.w)) continue;
+                  best = std::max<int>(best, x[((b * cs.h + iy) * cs.w + ix) * cs.c + ch]);
+                }
+              want[((b * oh + oy) * ow + ox) * cs.c + ch] = static_cast<uint8_t>(best);
+            }
+      check_bytes(fam, "qu8 maxpool " + dims({cs.n, cs.h, cs.w, cs.c, g.kh, g.stride_h}), got.data(), want.data(),
+                  got.size());
+    }
+    for (bool include_pad : {false, true}) {
+      ++index;
+      const int x_zp = kQu8ZeroPoints[index % 5], y_zp = kQu8ZeroPoints[(index + 1) % 5];
+      const Qu8Clamp cl = kQu8Clamps[index % 6];
+      const size_t entries = g.kh * g.kw + 1;
+      std::vector<int32_t> mult(entries), shift(entries);
+      for (size_t e = 0; e < entries; ++e) {  // ~ 1/e, as the Python side folds it
+        mult[e] = random_multiplier();
+        shift[e] = e == 0 ? 0 : -static_cast<int32_t>(std::ceil(std::log2(static_cast<double>(e))));
+        if (index % 3 == 0 && e % 4 == 1) {
+          mult[e] = kQu8Multipliers[e % 9];
+          shift[e] = kQu8Shifts[e % 8];
+        } else if (index % 3 == 1) {  // sum / 4 exactly: rdbpot's halves on every fourth sum
+          mult[e] = 1 << 30;
+          shift[e] = -1;
+        }
+      }
+      qu8_avgpool(x.data(), cs.n, cs.h, cs.w, cs.c, x_zp, g, include_pad, mult.data(), shift.data(), y_zp, cl.qmin,
+                  cl.qmax, got.data(), 1 + index % 2, &t);
+      for (size_t b = 0; b < cs.n; ++b)
+        for (size_t oy = 0; oy < oh; ++oy)
+          for (size_t ox = 0; ox < ow; ++ox) {
+            size_t inside = 0, padded = 0;
+            for (size_t ky = 0; ky < g.kh; ++ky)
+              for (size_t kx = 0; kx < g.kw; ++kx) {
+                const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+                const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+                inside += iy >= 0 && ix >= 0 && iy < static_cast<long>(cs.h) && ix < static_cast<long>(cs.w);
+                padded += iy < static_cast<long>(cs.h + g.pad_bottom) && ix < static_cast<long>(cs.w + g.pad_right);
+              }
+            const size_t count = include_pad ? padded : inside;
+            for (size_t ch = 0; ch < cs.c; ++ch) {
+              int64_t acc = 0;
+              for (size_t ky = 0; ky < g.kh; ++ky)
+                for (size_t kx = 0; kx < g.kw; ++kx) {
+                  const long iy = static_cast<long>(oy * g.stride_h + ky * g.dil_h) - static_cast<long>(g.pad_top);
+                  const long ix = static_cast<long>(ox * g.stride_w + kx * g.dil_w) - static_cast<long>(g.pad_left);
+                  if (iy < 0 || ix < 0 || iy >= static_cast<long>(cs.h) || ix >= static_cast<long>(cs.w)) continue;
+                  acc += x[((b * cs.h + iy) * cs.w + ix) * cs.c + ch] - x_zp;
+                }
+              want[((b * oh + oy) * ow + ox) * cs.c + ch] =
+                  qu8ref::output(acc, mult[count], shift[count], y_zp, cl.qmin, cl.qmax);
+            }
+          }
+      check_bytes(fam, std::string("qu8 avgpool") + (include_pad ? "+pad " : " ") +
+                           dims({cs.n, cs.h, cs.w, cs.c, g.kh, g.stride_h}),
+                  got.data(), want.data(), got.size());
+    }
+  }
+  for (size_t c : {1, 3, 17, 64, 70, 130}) {
+    ++index;
+    const size_t n = 2, hw = index % 2 ? 13 : 49;
+    const int x_zp = kQu8ZeroPoints[index % 5], y_zp = kQu8ZeroPoints[(index + 1) % 5];
+    const Qu8Clamp cl = kQu8Clamps[index % 6];
+    const int32_t m = random_multiplier(), s = -static_cast<int32_t>(std::ceil(std::log2(static_cast<double>(hw))));
+    auto x = random_u8(n * hw * c);
+    std::vector<uint8_t> got(n * c), want(n * c);
+    qu8_global_avgpool(x.data(), n, hw, c, x_zp, got.data(), y_zp, m, s, cl.qmin, cl.qmax, 2, &t);
+    for (size_t b = 0; b < n; ++b)
+      for (size_t ch = 0; ch < c; ++ch) {
+        int64_t acc = 0;
+        for (size_t p = 0; p < hw; ++p) acc += x[(b * hw + p) * c + ch] - x_zp;
+        want[b * c + ch] = qu8ref::output(acc, m, s, y_zp, cl.qmin, cl.qmax);
+      }
+    check_bytes(fam, "qu8 global_avgpool c=" + std::to_string(c), got.data(), want.data(), got.size());
+  }
+  report(fam);
+}
+
 // ---- thread pool ----------------------------------------------------------------------------
 // The spin/sleep hand-off: thousands of back-to-back jobs (a worker still finishing the previous
 // one when the next is published), jobs after the workers fell asleep, pools that always sleep
@@ -1275,6 +1792,12 @@ int main(int argc, char** argv) {
     test_clustered(t);
     test_nnm(t);
     test_nonfinite(t);
+    test_qu8_requant(t);
+    test_qu8_gemm(t);
+    test_qu8_conv(t);
+    test_qu8_depthwise(t);
+    test_qu8_eltwise(t);
+    test_qu8_pool(t);
     if (t.has_f16_arith()) {
       test_f16_gemm(t);
       test_f16_conv(t);

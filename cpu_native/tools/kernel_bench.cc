@@ -2,9 +2,14 @@
 //   GEMM GFLOPS at M=N=K=512 and 1024 (1 and 2 threads, packed fp32 weights);
 //   a 4096x4096 fully-connected layer at batch 1: dense fp32 GEMV vs fp16 weights vs 4-bit
 //   clustered (per-layer codebook), 1 and 2 threads.
+//   int8 (--qu8, or --qu8-only for that alone): the qu8 convolution (Qu8ConvPlan, requantization
+//   fused) against the fp32 one (ConvPlan) on the same shapes at 1 thread: MobileNetV2's 1x1
+//   convolutions (224 x 224 input) and ResNet-18's 3x3 ones; GOPS (2 x MACs per second) of each and
+//   their ratio, per shape and over each network's list (total MACs / total time); and MobileNetV2's
+//   3x3 depthwise convolutions, qu8 against fp32.
 // Each figure is the best of repeated runs over at least ~0.3 s (weights stay packed; inputs
 // warm), the protocol of seed 001 §4 minus cache eviction.
-// Usage: kernel_bench [--isa name] [--quick]
+// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +19,7 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
+#include "kernels/operators_qu8.h"
 
 using namespace edgesdk::kernels;
 
@@ -42,14 +48,123 @@ std::vector<float> random_vec(size_t n, std::mt19937& rng) {
   return v;
 }
 
+struct ConvShape {
+  const char* net;
+  size_t h, w, cin, cout, k, stride;
+};
+
+// MobileNetV2 (224 x 224): the expansion and projection 1x1 convolutions of each resolution.
+const ConvShape kQu8Shapes[] = {
+    {"mobilenetv2", 112, 112, 32, 16, 1, 1},  {"mobilenetv2", 112, 112, 16, 96, 1, 1},
+    {"mobilenetv2", 56, 56, 24, 144, 1, 1},   {"mobilenetv2", 56, 56, 144, 24, 1, 1},
+    {"mobilenetv2", 28, 28, 32, 192, 1, 1},   {"mobilenetv2", 28, 28, 192, 32, 1, 1},
+    {"mobilenetv2", 14, 14, 64, 384, 1, 1},   {"mobilenetv2", 14, 14, 384, 64, 1, 1},
+    {"mobilenetv2", 14, 14, 96, 576, 1, 1},   {"mobilenetv2", 14, 14, 576, 96, 1, 1},
+    {"mobilenetv2", 7, 7, 160, 960, 1, 1},    {"mobilenetv2", 7, 7, 960, 160, 1, 1},
+    {"mobilenetv2", 7, 7, 320, 1280, 1, 1},
+    // ResNet-18: the 3x3 stride-1 convolutions of each stage.
+    {"resnet18", 56, 56, 64, 64, 3, 1},       {"resnet18", 28, 28, 128, 128, 3, 1},
+    {"resnet18", 14, 14, 256, 256, 3, 1},     {"resnet18", 7, 7, 512, 512, 3, 1},
+};
+
+void bench_qu8(const KernelTable* t, bool quick) {
+  std::printf("int8 vs fp32 convolution at 1 thread (%s: qu8 %s, fp32 %s)\n", t->name, t->names.qu8_igemm,
+              t->names.igemm_f32w);
+  std::mt19937 rng(11);
+  std::string net;
+  double net_macs = 0, net_f32 = 0, net_qu8 = 0;
+  auto flush = [&] {
+    if (!net.empty())
+      std::printf("  %-12s total: fp32 %.1f GOPS, qu8 %.1f GOPS, qu8/fp32 %.2fx\n", net.c_str(),
+                  2 * net_macs / net_f32 * 1e-9, 2 * net_macs / net_qu8 * 1e-9, net_f32 / net_qu8);
+    net_macs = net_f32 = net_qu8 = 0;
+  };
+  for (const ConvShape& s : kQu8Shapes) {
+    if (net != s.net) {
+      flush();
+      net = s.net;
+    }
+    ConvGeometry g;
+    g.kh = g.kw = s.k;
+    g.stride_h = g.stride_w = s.stride;
+    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = s.k / 2;
+    const size_t kdim = s.k * s.k * s.cin;
+    auto wf = random_vec(s.cout * kdim, rng), xf = random_vec(s.h * s.w * s.cin, rng);
+    std::vector<int8_t> w8(wf.size());
+    std::vector<uint8_t> x8(xf.size());
+    for (size_t i = 0; i < wf.size(); ++i) w8[i] = static_cast<int8_t>(wf[i] * 127);
+    for (size_t i = 0; i < xf.size(); ++i) x8[i] = static_cast<uint8_t>((xf[i] + 1) * 127);
+    std::vector<int32_t> bias(s.cout, 100), mult(s.cout, 1 << 30), shift(s.cout, -10);
+    auto packed_f32 = pack_gemm_weights(wf.data(), s.cout, kdim, WeightLayout::NK, nullptr, WeightType::F32, t);
+    auto packed_qu8 = pack_qu8_gemm_weights(w8.data(), s.cout, kdim, bias.data(), 128, mult.data(), shift.data(), 128,
+                                            0, 255, t, s.k, s.k);
+    ConvPlan plan_f32(1, s.h, s.w, s.cin, g, packed_f32);
+    Qu8ConvPlan plan_qu8(1, s.h, s.w, s.cin, g, packed_qu8);
+    std::vector<float> yf(plan_f32.out_h() * plan_f32.out_w() * s.cout);
+    std::vector<uint8_t> y8(yf.size());
+    const double min_time = quick ? 0.05 : 0.3;
+    const double tf = best_seconds([&] { plan_f32.run(xf.data(), yf.data(), act_none(), 1); }, min_time);
+    const double tq = best_seconds([&] { plan_qu8.run(x8.data(), y8.data(), 1); }, min_time);
+    const double macs = static_cast<double>(plan_f32.out_h() * plan_f32.out_w()) * s.cout * kdim;
+    std::printf("  %-12s %3zux%-3zu %4zu->%-4zu %zux%zu: fp32 %6.1f GOPS (%7.3f ms), qu8 %6.1f GOPS (%7.3f ms): %.2fx\n",
+                s.net, s.h, s.w, s.cin, s.cout, s.k, s.k, 2 * macs / tf * 1e-9, tf * 1e3, 2 * macs / tq * 1e-9, tq * 1e3,
+                tf / tq);
+    net_macs += macs;
+    net_f32 += tf;
+    net_qu8 += tq;
+  }
+  flush();
+  // MobileNetV2's 3x3 depthwise convolutions: int8 against fp32 (memory-bound more than compute-bound).
+  struct DwShape { size_t h, w, c, stride; };
+  const DwShape dw_shapes[] = {{112, 112, 32, 1}, {112, 112, 96, 2}, {56, 56, 144, 1}, {56, 56, 144, 2},
+                               {28, 28, 192, 1}, {14, 14, 384, 1}, {14, 14, 576, 1}, {7, 7, 960, 1}};
+  double dw_macs = 0, dw_f32 = 0, dw_qu8 = 0;
+  for (const DwShape& s : dw_shapes) {
+    ConvGeometry g;
+    g.kh = g.kw = 3;
+    g.stride_h = g.stride_w = s.stride;
+    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
+    const size_t oh = conv_output_size(s.h, 3, s.stride, 1, 1, 1), ow = conv_output_size(s.w, 3, s.stride, 1, 1, 1);
+    auto xf = random_vec(s.h * s.w * s.c, rng), wf = random_vec(9 * s.c, rng), bf = random_vec(s.c, rng);
+    std::vector<uint8_t> x8(xf.size()), y8(oh * ow * s.c);
+    std::vector<int8_t> w8(wf.size());
+    for (size_t i = 0; i < xf.size(); ++i) x8[i] = static_cast<uint8_t>((xf[i] + 1) * 127);
+    for (size_t i = 0; i < wf.size(); ++i) w8[i] = static_cast<int8_t>(wf[i] * 127);
+    std::vector<int32_t> bias(s.c, 100), mult(s.c, 1 << 30), shift(s.c, -10);
+    std::vector<float> yf(y8.size());
+    const double min_time = quick ? 0.05 : 0.3;
+    const double tf = best_seconds([&] {
+      depthwise_conv(xf.data(), 1, s.h, s.w, s.c, 1, g, wf.data(), bf.data(), yf.data(), act_none(), 1, t);
+    }, min_time);
+    const double tq = best_seconds([&] {
+      qu8_depthwise_conv(x8.data(), 1, s.h, s.w, s.c, 1, g, w8.data(), bias.data(), 128, mult.data(), shift.data(), 128,
+                         0, 255, y8.data(), 1, t);
+    }, min_time);
+    const double macs = 9.0 * oh * ow * s.c;
+    std::printf("  depthwise    %3zux%-3zu %4zu s%zu 3x3: fp32 %6.1f GOPS (%7.3f ms), qu8 %6.1f GOPS (%7.3f ms): %.2fx\n",
+                s.h, s.w, s.c, s.stride, 2 * macs / tf * 1e-9, tf * 1e3, 2 * macs / tq * 1e-9, tq * 1e3, tf / tq);
+    dw_macs += macs;
+    dw_f32 += tf;
+    dw_qu8 += tq;
+  }
+  std::printf("  depthwise    total: fp32 %.1f GOPS, qu8 %.1f GOPS, qu8/fp32 %.2fx\n", 2 * dw_macs / dw_f32 * 1e-9,
+              2 * dw_macs / dw_qu8 * 1e-9, dw_f32 / dw_qu8);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const KernelTable* t = &active_kernels();
-  bool quick = false;
+  bool quick = false, qu8 = false, qu8_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--isa" && i + 1 < argc) t = &kernels_for(parse_isa(argv[++i]));
     if (std::string(argv[i]) == "--quick") quick = true;
+    if (std::string(argv[i]) == "--qu8") qu8 = true;
+    if (std::string(argv[i]) == "--qu8-only") qu8 = qu8_only = true;
+  }
+  if (qu8_only) {
+    bench_qu8(t, quick);
+    return 0;
   }
   std::mt19937 rng(7);
   std::printf("isa: %s (gemm %s, fp16 weights %s)\n", t->name, t->names.igemm_f32w, t->names.igemm_f16w);
@@ -86,5 +201,6 @@ int main(int argc, char** argv) {
                 "4-bit clustered %.3f ms (per-channel books %.3f ms): clustered is %.2fx faster than dense\n",
                 threads, sd * 1e3, n * k * 4.0 / sd * 1e-9, sh * 1e3, sc * 1e3, sr * 1e3, sd / sc);
   }
+  if (qu8) bench_qu8(t, quick);
   return 0;
 }

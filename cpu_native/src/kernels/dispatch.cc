@@ -27,6 +27,15 @@ constexpr KernelTable base_table(Isa isa, const char* name, size_t mr, size_t nr
   return t;
 }
 
+// The qu8 GEMM's tile, reduction step and packed layout (dispatch.h, KernelTable).
+constexpr void set_qu8_gemm(KernelTable& t, size_t mr, size_t nr, size_t kr, Qu8Layout layout, bool xor80) {
+  t.qu8_gemm_mr = mr;
+  t.qu8_gemm_nr = nr;
+  t.qu8_gemm_kr = kr;
+  t.qu8_layout = layout;
+  t.qu8_xor80 = xor80;
+}
+
 constexpr KernelTable scalar_table() {
   KernelTable t = base_table(Isa::Scalar, "scalar", kScalarMR, kScalarNR, kScalarLanes, 1, false);
   EDGESDK_SET(t, igemm_f32w, f32_igemm_4x4__scalar);
@@ -49,6 +58,15 @@ constexpr KernelTable scalar_table() {
   EDGESDK_SET(t, col2im, f32_col2im__scalar);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__scalar);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__scalar);
+  set_qu8_gemm(t, kScalarQu8MR, kScalarQu8NR, 1, Qu8Layout::KMajor, false);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x4__scalar);
+  EDGESDK_SET(t, qu8_depthwise, qu8_depthwise__scalar);
+  EDGESDK_SET(t, qu8_maxpool, qu8_maxpool__scalar);
+  EDGESDK_SET(t, qu8_avgpool, qu8_avgpool__scalar);
+  EDGESDK_SET(t, qu8_global_avgpool, qu8_global_avgpool__scalar);
+  EDGESDK_SET(t, qu8_add, qu8_add__scalar);
+  EDGESDK_SET(t, qu8_mul, qu8_mul__scalar);
+  EDGESDK_SET(t, qu8_requantize, qu8_requantize__scalar);
   return t;
 }
 constexpr KernelTable kScalarTable = scalar_table();
@@ -78,6 +96,15 @@ constexpr KernelTable avx2_table() {
   EDGESDK_SET(t, col2im, f32_col2im__avx2);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__avx2);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx2);
+  set_qu8_gemm(t, kAvx2Qu8MR, kAvx2Qu8NR, 4, Qu8Layout::C4Split16, false);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16c4__avx2);
+  EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__avx2);
+  EDGESDK_SET(t, qu8_maxpool, qu8_maxpool_32c__avx2);
+  EDGESDK_SET(t, qu8_avgpool, qu8_avgpool_8c__avx2);
+  EDGESDK_SET(t, qu8_global_avgpool, qu8_global_avgpool_32c__avx2);
+  EDGESDK_SET(t, qu8_add, qu8_add_16x__avx2);
+  EDGESDK_SET(t, qu8_mul, qu8_mul_16x__avx2);
+  EDGESDK_SET(t, qu8_requantize, qu8_requantize_16x__avx2);
   return t;
 }
 constexpr KernelTable kAvx2Table = avx2_table();
@@ -105,9 +132,31 @@ constexpr KernelTable avx512_table() {
   EDGESDK_SET(t, col2im, f32_col2im__avx512skx);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__avx512skx);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx512skx);
+  set_qu8_gemm(t, kAvx512Qu8MR, kAvx512Qu8NR, 4, Qu8Layout::C4Split16, false);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512skx);
+  EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_16c__avx512skx);
+  EDGESDK_SET(t, qu8_maxpool, qu8_maxpool_64c__avx512skx);
+  EDGESDK_SET(t, qu8_avgpool, qu8_avgpool_16c__avx512skx);
+  EDGESDK_SET(t, qu8_global_avgpool, qu8_global_avgpool_64c__avx512skx);
+  EDGESDK_SET(t, qu8_add, qu8_add_16x__avx512skx);
+  EDGESDK_SET(t, qu8_mul, qu8_mul_16x__avx512skx);
+  EDGESDK_SET(t, qu8_requantize, qu8_requantize_16x__avx512skx);
   return t;
 }
 constexpr KernelTable kAvx512Table = avx512_table();
+
+// The avx512 table (every fp32 kernel and the other qu8 ones) plus the vpdpbusd qu8 GEMM and the
+// vpdpwssd depthwise convolution.
+constexpr KernelTable avx512vnni_table() {
+  KernelTable t = kAvx512Table;
+  t.isa = Isa::Avx512Vnni;
+  t.name = "avx512vnni";
+  set_qu8_gemm(t, kAvx512VnniQu8MR, kAvx512VnniQu8NR, 4, Qu8Layout::C4, false);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512vnni);
+  EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_16c__avx512vnni);
+  return t;
+}
+constexpr KernelTable kAvx512VnniTable = avx512vnni_table();
 #endif
 
 #if defined(__aarch64__)
@@ -134,6 +183,15 @@ constexpr KernelTable neon_table() {
   EDGESDK_SET(t, col2im, f32_col2im__neon);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__neon);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__neon);
+  set_qu8_gemm(t, kNeonQu8MR, kNeonQu8NR, 1, Qu8Layout::KMajor, false);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16__neon);
+  EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__neon);
+  EDGESDK_SET(t, qu8_maxpool, qu8_maxpool_16c__neon);
+  EDGESDK_SET(t, qu8_avgpool, qu8_avgpool_8c__neon);
+  EDGESDK_SET(t, qu8_global_avgpool, qu8_global_avgpool_16c__neon);
+  EDGESDK_SET(t, qu8_add, qu8_add_8x__neon);
+  EDGESDK_SET(t, qu8_mul, qu8_mul_8x__neon);
+  EDGESDK_SET(t, qu8_requantize, qu8_requantize_8x__neon);
   return t;
 }
 constexpr KernelTable kNeonTable = neon_table();
@@ -152,6 +210,17 @@ constexpr KernelTable neonfp16_table() {
   return t;
 }
 constexpr KernelTable kNeonFp16Table = neonfp16_table();
+
+// The neonfp16 table plus the sdot qu8 GEMM (signed x signed: activations go in as x ^ 0x80).
+constexpr KernelTable neondot_table() {
+  KernelTable t = kNeonFp16Table;
+  t.isa = Isa::NeonDot;
+  t.name = "neondot";
+  set_qu8_gemm(t, kNeonDotQu8MR, kNeonDotQu8NR, 4, Qu8Layout::C4, true);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16c4__neondot);
+  return t;
+}
+constexpr KernelTable kNeonDotTable = neondot_table();
 #endif
 
 #undef EDGESDK_SET
@@ -172,10 +241,13 @@ bool cpu_supports(Isa isa) {
       return has_flag(features, "avx512f") && has_flag(features, "avx512bw") &&
              has_flag(features, "avx512vl") && has_flag(features, "avx512dq") &&
              has_flag(features, "f16c") && has_flag(features, "fma");
+    case Isa::Avx512Vnni: return cpu_supports(Isa::Avx512) && has_flag(features, "avx512vnni");
     case Isa::Neon: return has_flag(features, "neon");
     // "fp16" is HWCAP fphp + asimdhp (scalar and vector half arithmetic, cpu_features.cc). FHM
     // (FMLAL) is detected and reported but not needed: see gemm_neonfp16.cc.
     case Isa::NeonFp16: return has_flag(features, "neon") && has_flag(features, "fp16");
+    // "dotprod" is HWCAP asimddp (SDOT/UDOT).
+    case Isa::NeonDot: return cpu_supports(Isa::NeonFp16) && has_flag(features, "dotprod");
   }
   return false;
 }
@@ -186,10 +258,12 @@ const KernelTable* table_of(Isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
     case Isa::Avx2: return &kAvx2Table;
     case Isa::Avx512: return &kAvx512Table;
+    case Isa::Avx512Vnni: return &kAvx512VnniTable;
 #endif
 #if defined(__aarch64__)
     case Isa::Neon: return &kNeonTable;
     case Isa::NeonFp16: return &kNeonFp16Table;
+    case Isa::NeonDot: return &kNeonDotTable;
 #endif
     default: return nullptr;
   }
@@ -211,10 +285,12 @@ std::vector<Isa> compiled_isas() {
 #if defined(__x86_64__) || defined(_M_X64)
   out.push_back(Isa::Avx2);
   out.push_back(Isa::Avx512);
+  out.push_back(Isa::Avx512Vnni);
 #endif
 #if defined(__aarch64__)
   out.push_back(Isa::Neon);
   out.push_back(Isa::NeonFp16);
+  out.push_back(Isa::NeonDot);
 #endif
   return out;
 }
@@ -232,15 +308,18 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
     case Isa::Neon: return "neon";
+    case Isa::Avx512Vnni: return "avx512vnni";
     case Isa::NeonFp16: return "neonfp16";
+    case Isa::NeonDot: return "neondot";
   }
   return "?";
 }
 
 Isa parse_isa(const std::string& name) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::NeonFp16})
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon, Isa::NeonFp16, Isa::NeonDot})
     if (name == isa_name(isa)) return isa;
-  throw std::invalid_argument("unknown ISA '" + name + "' (expected scalar, avx2, avx512, neon or neonfp16)");
+  throw std::invalid_argument("unknown ISA '" + name +
+                              "' (expected scalar, avx2, avx512, avx512vnni, neon, neonfp16 or neondot)");
 }
 
 std::vector<std::pair<const char*, const char*>> kernel_names(Isa isa) {

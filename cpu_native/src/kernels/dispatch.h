@@ -1,9 +1,16 @@
 // Runtime kernel dispatch: one KernelTable per ISA level, the best one the running CPU supports
-// chosen from cpu::detect() (scalar < avx2 < avx512 on x86-64; scalar < neon < neonfp16 on
-// aarch64), overridable by the EDGESDK_CPU_ISA environment variable (read once) or
-// set_active_isa() so tests can force every path. neonfp16 (HWCAP fphp + asimdhp) is the neon
-// table plus the fp16-arithmetic kernels that fp16 sessions ask for; fp32 work runs the same
-// NEON fp32 kernels on both levels.
+// chosen from cpu::detect() (scalar < avx2 < avx512 < avx512vnni on x86-64; scalar < neon <
+// neonfp16 < neondot on aarch64), overridable by the EDGESDK_CPU_ISA environment variable (read
+// once) or set_active_isa() so tests can force every path. neonfp16 (HWCAP fphp + asimdhp) is the
+// neon table plus the fp16-arithmetic kernels that fp16 sessions ask for; fp32 work runs the same
+// NEON fp32 kernels on both levels. The int8 levels follow that model: avx512vnni (AVX512_VNNI on
+// top of the avx512 requirements) is the avx512 table plus the vpdpbusd qu8 GEMM and vpdpwssd
+// depthwise convolution, and neondot
+// (HWCAP asimddp on top of neonfp16's) the neonfp16 table plus the sdot qu8 GEMM; everything else
+// runs the kernels of the level below. The plain avx512 level keeps an AVX-512BW qu8 GEMM, so it
+// still runs on Skylake-X (no VNNI), where tools/avx512_under_bochs.py checks it. A CPU with the
+// dot product but without FEAT_FP16 (none of the common cores: A55, A75, A76+, Neoverse N1 have
+// both) stays at neon, whose qu8 GEMM widens to 16 bits.
 #pragma once
 
 #include <string>
@@ -14,14 +21,15 @@
 
 namespace edgesdk::kernels {
 
-enum class Isa { Scalar, Avx2, Avx512, Neon, NeonFp16 };
+enum class Isa { Scalar, Avx2, Avx512, Avx512Vnni, Neon, NeonFp16, NeonDot };
 
 // The microkernel slots of a KernelTable, in table order: X(slot) for each.
 #define EDGESDK_KERNEL_SLOTS(X)                                                                      \
   X(igemm_f32w) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
-  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear)
+  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(qu8_igemm) X(qu8_depthwise) X(qu8_maxpool)   \
+  X(qu8_avgpool) X(qu8_global_avgpool) X(qu8_add) X(qu8_mul) X(qu8_requantize)
 
 // The function name (ukernels.h: <datatype>_<op>_<tile>__<isa>) in each slot of a table; null
 // where the slot is empty.
@@ -33,7 +41,7 @@ struct KernelNames {
 
 struct KernelTable {
   Isa isa;
-  const char* name;  // "scalar", "avx2", "avx512", "neon", "neonfp16"
+  const char* name;  // "scalar", "avx2", "avx512", "avx512vnni", "neon", "neonfp16", "neondot"
   size_t gemm_mr, gemm_nr;
   IgemmUkernel igemm_f32w;
   IgemmUkernel igemm_f16w;
@@ -65,6 +73,20 @@ struct KernelTable {
   Col2ImUkernel col2im;
   ResizeUkernel resize_nearest;
   ResizeUkernel resize_linear;
+  // qu8 (ukernels.h, "Quantized uint8"): the GEMM's tile, its reduction step KR (the packed
+  // weights' K per kernel position is rounded up to it), packed layout, and whether it takes
+  // activations as x ^ 0x80 (signed dot products: the packed bias compensates).
+  size_t qu8_gemm_mr, qu8_gemm_nr, qu8_gemm_kr;
+  Qu8Layout qu8_layout;
+  bool qu8_xor80;
+  Qu8IgemmUkernel qu8_igemm;
+  Qu8DepthwiseUkernel qu8_depthwise;
+  Qu8PoolUkernel qu8_maxpool;
+  Qu8PoolUkernel qu8_avgpool;
+  Qu8GlobalAvgPoolUkernel qu8_global_avgpool;
+  Qu8BinaryUkernel qu8_add;
+  Qu8BinaryUkernel qu8_mul;
+  Qu8RequantizeUkernel qu8_requantize;
   KernelNames names;  // of the kernels above, slot by slot
   bool has_f16_arith() const { return igemm_f16 != nullptr; }
 };
@@ -74,7 +96,8 @@ std::vector<Isa> compiled_isas();
 // Compiled levels the running CPU (and OS) can execute, lowest first.
 std::vector<Isa> supported_isas();
 const char* isa_name(Isa isa);
-// Parses "scalar", "avx2", "avx512", "neon", "neonfp16"; throws std::invalid_argument otherwise.
+// Parses "scalar", "avx2", "avx512", "avx512vnni", "neon", "neonfp16", "neondot"; throws
+// std::invalid_argument otherwise.
 Isa parse_isa(const std::string& name);
 // (slot, kernel name) of every filled slot of a level's table, in table order, whether or not this
 // CPU can run it; throws std::runtime_error for a level not compiled in for this arch.

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/indirection.h"
 #include "kernels/thread_pool.h"
 
 namespace edgesdk::kernels {
@@ -216,36 +217,6 @@ ConvPlan::ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g
   }
 }
 
-namespace {
-
-// [pixel tile][kernel position][mr] pointers to input pixels (pixel stride in_stride) or `zero`.
-template <class T>
-void fill_indirection(std::vector<const T*>& ind, const T* input, size_t in_stride, const T* zero, size_t mr,
-                      size_t n, size_t h, size_t w, size_t oh, size_t ow, const ConvGeometry& g) {
-  const size_t ks = g.kh * g.kw;
-  const size_t pixels = n * oh * ow;
-  const size_t tiles = div_up(pixels, mr);
-  ind.assign(tiles * ks * mr, nullptr);
-  for (size_t tile = 0; tile < tiles; ++tile) {
-    for (size_t i = 0; i < mr; ++i) {
-      const size_t p = min_size(tile * mr + i, pixels - 1);  // the tail repeats the last pixel
-      const size_t b = p / (oh * ow), oy = p / ow % oh, ox = p % ow;
-      for (size_t ky = 0; ky < g.kh; ++ky) {
-        for (size_t kx = 0; kx < g.kw; ++kx) {
-          // Signed arithmetic: padding makes the top-left window start before the input.
-          const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * g.stride_h + ky * g.dil_h) - static_cast<ptrdiff_t>(g.pad_top);
-          const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * g.stride_w + kx * g.dil_w) - static_cast<ptrdiff_t>(g.pad_left);
-          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h) && ix < static_cast<ptrdiff_t>(w);
-          const T* row = inside ? input + ((b * h + static_cast<size_t>(iy)) * w + static_cast<size_t>(ix)) * in_stride
-                                : zero;
-          ind[(tile * ks + ky * g.kw + kx) * mr + i] = row;
-        }
-      }
-    }
-  }
-}
-
-}  // namespace
 
 void ConvPlan::convert_input_f16(const float* input, size_t in_stride, size_t threads) {
   const KernelTable& t = *weights_->table;

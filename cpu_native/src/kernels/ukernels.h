@@ -255,6 +255,130 @@ struct NnmGatherArgs {
 using NnmGatherUkernel = void (*)(const NnmGatherArgs* args, size_t p_begin, size_t p_end);
 
 // ---------------------------------------------------------------------------------------------
+// Quantized uint8 ("qu8"): asymmetric uint8 activations with a per-tensor zero point, int8 weights
+// symmetric per output channel (zero point 0), int32 bias, int32 accumulation, and gemmlowp
+// requantization fused into every kernel's epilogue (uint8 in, uint8 out). The arithmetic is
+// defined once in requantization.h (the scalar formulas every SIMD kernel reproduces bit for bit):
+//   y = clamp(rdbpot(srdhm(sat(acc << left), multiplier), right) + zero_point, qmin, qmax)
+// with multiplier, shift (left = max(shift, 0), right = max(-shift, 0)) per output channel.
+// Accumulation wraps modulo 2^32 in every variant (vpdpbusd, vpmaddwd + vpaddd, sdot, smlal all
+// wrap; the scalar kernels add in uint32), so results agree bit for bit even past int32; an exact
+// sum needs |bias| + K * 255 * 128 < 2^31 (K < 65793 without bias).
+
+// Requantization constants of one output scale (qu8_requant_of in requantization.h):
+// rounding_mask = 2^right - 1 and rounding_threshold = rounding_mask >> 1 are rdbpot's.
+struct Qu8Requant {
+  int32_t multiplier, left_shift, right_shift, rounding_mask, rounding_threshold;
+};
+// Per-channel constants of `count` channels are stored as rows: row r (kQu8Rq*) of channel j at
+// rq[r * count + j], so a kernel loads one vector of each row per channel block.
+enum : size_t { kQu8RqMultiplier = 0, kQu8RqLeft, kQu8RqRight, kQu8RqMask, kQu8RqThreshold, kQu8RqRows };
+
+// The output's zero point and the clamp [qmin, qmax] that carries fused activations (Relu clamps
+// at the zero point, Relu6 at [zero point, quant(6)]; 0..255 without one).
+struct Qu8Output {
+  int32_t zero_point;
+  uint8_t qmin, qmax;
+};
+
+// Indirect GEMM, the fp32 form's (ks groups of MR row pointers, only rows < mr read): for output
+// row i and column j < nr,
+//   acc = bias[j] + sum_s sum_k a[s*MR+i][k] * w[s][k][j]   (raw uint8 times int8, kc per s)
+//   c[i*ldc + j] = requantize(acc, channel j of rq (kQu8RqRows x NR), out).
+// The input zero point is folded into the packed bias (operators_qu8.h): padding rows point at a
+// vector of zero-point bytes, which the folded bias cancels. Packed weights of one NR-wide panel
+// are [ks][round_up(kc, KR)][NR] in the level's Qu8Layout (below); past kc they are zero, and the
+// kernels read no activation byte past kc.
+using Qu8IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
+                                 const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out);
+
+// How a level's qu8 GEMM wants one panel's weights (kernel position s, reduction step kb of KR):
+//   KMajor     KR = 1: int8 w[k][j] at (s*kcp + k)*NR + j (scalar, NEON smlal).
+//   C4         KR = 4: int8 w[4kb+t][j] at ((s*kcp/4 + kb)*NR + j)*4 + t: four consecutive k of a
+//              column in one 32-bit lane (vpdpbusd, sdot).
+//   C4Split16  KR = 4: int16 pairs per 32-bit lane, (w[4kb][j], w[4kb+2][j]) in the first NR lanes
+//              of a step and (w[4kb+1][j], w[4kb+3][j]) in the next NR: vpmaddwd's operands against
+//              the activations' bytes 0 and 2 (mask 0x00FF00FF) and 1 and 3 (16-bit shift by 8) of
+//              a broadcast 32-bit load, which needs no shuffle to widen them.
+// Xor80 levels (NEON sdot, signed x signed) feed the kernel x ^ 0x80 = x - 128 as int8; their
+// packed bias adds 128 * sum_k w[k][j] back.
+enum class Qu8Layout : uint8_t { KMajor, C4, C4Split16 };
+
+// Depthwise convolution NHWC, weights [KH][KW][C*multiplier], output channel oc = c*mult + j from
+// input channel c: acc = bias[oc] + sum over in-bounds taps of (x - input_zero_point) * w (padding
+// taps are skipped: they stand for the zero point and add 0), then requantized with channel oc of
+// rq (kQu8RqRows x C*mult). A pixel whose window lies inside the input may start from bias_folded
+// instead and multiply the raw bytes: the same sum. Output rows [row_begin, row_end) of N*OH.
+struct Qu8DepthwiseArgs {
+  const uint8_t* input;        // [N][H][W][C], pixel stride in_stride
+  const int8_t* weights;       // [KH][KW][OC]
+  const int32_t* weights_lo16; // the same as int32 lanes holding (int16 w, 0): vpmaddwd's operand (x86)
+  const int32_t* bias;         // [OC] or null
+  const int32_t* bias_folded;  // [OC]: bias - input_zero_point * (sum of the KH*KW weights), modulo 2^32
+  const int32_t* rq;           // kQu8RqRows x OC
+  uint8_t* output;             // [N][OH][OW][OC], pixel stride out_stride
+  size_t n, h, w, c, multiplier;
+  size_t kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+  size_t oh, ow;
+  size_t in_stride, out_stride;
+  int32_t input_zero_point;
+  Qu8Output out;
+};
+using Qu8DepthwiseUkernel = void (*)(const Qu8DepthwiseArgs* args, size_t row_begin, size_t row_end);
+
+// Pooling NHWC, rows [row_begin, row_end) of N*OH. Max: the largest in-bounds tap (padding never
+// wins; 0 for a window with none). Average: acc = sum of the in-bounds taps' (x - input_zero_point)
+// (padding adds 0), requantized with entry `count` of rq (kQu8RqRows x (KH*KW + 1)), count the
+// in-bounds taps or, with count_include_pad, the taps inside the padded input.
+struct Qu8PoolArgs {
+  const uint8_t* input;
+  uint8_t* output;
+  size_t n, h, w, c;
+  size_t kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, pad_bottom, pad_right;
+  size_t oh, ow;
+  size_t in_stride, out_stride;
+  bool count_include_pad;
+  int32_t input_zero_point;
+  const int32_t* rq;  // average only
+  Qu8Output out;      // average only
+};
+using Qu8PoolUkernel = void (*)(const Qu8PoolArgs* args, size_t row_begin, size_t row_end);
+// Global average pooling of one image: y[c] = requantize(sum over `pixels` rows of (x - x_zp)).
+using Qu8GlobalAvgPoolUkernel = void (*)(const uint8_t* x, size_t pixels, size_t c, size_t in_stride, uint8_t* y,
+                                         int32_t input_zero_point, const Qu8Requant* rq, const Qu8Output* out);
+
+// Element-wise over rows of C values, b as [rows][C], [C] or [1] (Broadcast):
+//   add (TFLite's quantized Add, left shift 20):
+//     sa = requantize((a - a_zp) << 20, a_rq), sb = requantize((b - b_zp) << 20, b_rq),
+//     y = clamp(requantize(sa + sb, out_rq) + zp, qmin, qmax), sa + sb summed exactly (as
+//     requantize then clamps it to int32, a saturating int32 add gives the same);
+//   mul: y = clamp(requantize((a - a_zp) * (b - b_zp), out_rq) + zp, qmin, qmax).
+struct Qu8BinaryArgs {
+  const uint8_t* a;
+  const uint8_t* b;
+  uint8_t* y;
+  size_t c;
+  Broadcast broadcast;
+  int32_t a_zero_point, b_zero_point;
+  Qu8Requant a_rq, b_rq, out_rq;  // add uses all three, mul out_rq
+  Qu8Output out;
+};
+using Qu8BinaryUkernel = void (*)(const Qu8BinaryArgs* args, size_t row_begin, size_t row_end);
+constexpr int kQu8AddLeftShift = 20;
+
+// Rescale of n values: y = clamp(requantize(x - x_zp, rq) + zp, qmin, qmax).
+using Qu8RequantizeUkernel = void (*)(const uint8_t* x, uint8_t* y, size_t n, int32_t input_zero_point,
+                                      const Qu8Requant* rq, const Qu8Output* out);
+
+// qu8 GEMM tiles (MR x NR, reduction step KR = the c4 of the name) per level.
+constexpr size_t kScalarQu8MR = 4, kScalarQu8NR = 4;
+constexpr size_t kAvx2Qu8MR = 4, kAvx2Qu8NR = 16;
+constexpr size_t kAvx512Qu8MR = 8, kAvx512Qu8NR = 16;
+constexpr size_t kAvx512VnniQu8MR = 8, kAvx512VnniQu8NR = 16;
+constexpr size_t kNeonQu8MR = 4, kNeonQu8NR = 16;
+constexpr size_t kNeonDotQu8MR = 4, kNeonDotQu8NR = 16;
+
+// ---------------------------------------------------------------------------------------------
 // Register-block sizes (MR x NR) of each ISA's GEMM microkernel, and clustered lane counts.
 constexpr size_t kScalarMR = 4, kScalarNR = 4, kScalarLanes = 4;
 constexpr size_t kAvx2MR = 6, kAvx2NR = 16, kAvx2Lanes = 8;
@@ -267,21 +391,24 @@ constexpr size_t kNeonFp16MR = 4, kNeonFp16NR = 16;
 // ---------------------------------------------------------------------------------------------
 // The microkernels, named as XNNPACK names its own: <datatype>_<op>_<tile>__<isa>.
 //   datatype  f32 (fp32 in and out); f32_f16w (fp32 activations, fp16 weights widened on load);
-//             f16_f32acc (fp16 products, fp32 accumulation); f32_f16 (fp32 -> fp16 conversion).
+//             f16_f32acc (fp16 products, fp32 accumulation); f32_f16 (fp32 -> fp16 conversion);
+//             qu8 (uint8 activations, int8 weights, int32 accumulation, uint8 out).
 //   tile      the unit of the kernel's main loop, only where it has one: MRxNR for a GEMM register
-//             tile (the k*MR/k*NR constants above), <N>c for NHWC channels in blocks of N
+//             tile (the k*MR/k*NR constants above), MRxNRc4 for one that reduces 4 k per step
+//             (XNNPACK's "c4"), <N>c for NHWC channels in blocks of N
 //             (XNNPACK's dwconv "8c"), <N>x for N contiguous elements per step. Kernels whose loops
 //             step in several widths (row and strided-column paths, 4-vector sums then single
 //             vectors) and the scalar references (one element at a time) name none.
 //   isa       what the code is compiled for and needs: scalar (portable C++), avx2 (AVX2 + FMA +
 //             F16C), avx512f (AVX-512 F only: gemm_avx512.cc is compiled with -mavx512f alone),
 //             avx512skx (AVX-512 F + BW + DQ + VL, Skylake-X: the vector kernels use DQ mask moves),
-//             neon (AArch64 Advanced SIMD), neonfp16 (ARMv8.2-A FEAT_FP16 arithmetic).
+//             avx512vnni (avx512skx + AVX512_VNNI's vpdpbusd), neon (AArch64 Advanced SIMD),
+//             neonfp16 (ARMv8.2-A FEAT_FP16 arithmetic), neondot (ARMv8.2-A FEAT_DotProd sdot).
 // The dispatch tables (dispatch.cc) pick them per ISA level (the level names scalar, avx2, avx512,
-// neon, neonfp16 are dispatch.h's) and report the names (kernel_names()). The scalar ones are the
-// references the SIMD ones are tested against (cpu_native/tests/kernel_tests.cc); each SIMD file
-// sits beside its scalar counterpart (gemm_<isa>.cc by gemm_scalar.cc, vector_kernels_<isa>.cc by
-// reference_scalar.cc).
+// avx512vnni, neon, neonfp16, neondot are dispatch.h's) and report the names (kernel_names()). The
+// scalar ones are the references the SIMD ones are tested against (cpu_native/tests/kernel_tests.cc);
+// each SIMD file sits beside its scalar counterpart (gemm_<isa>.cc by gemm_scalar.cc,
+// vector_kernels_<isa>.cc by reference_scalar.cc, qu8_<isa>.cc by qu8_scalar.cc).
 template <class Ukernel>
 using UkernelFunction = std::remove_pointer_t<Ukernel>;  // declares a function of that pointer type
 
@@ -303,6 +430,13 @@ UkernelFunction<ReduceUkernel> f32_reduce__scalar;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__scalar;
 UkernelFunction<Col2ImUkernel> f32_col2im__scalar;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__scalar, f32_resize_linear__scalar;
+// qu8 (qu8_scalar.cc).
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x4__scalar;
+UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise__scalar;
+UkernelFunction<Qu8PoolUkernel> qu8_maxpool__scalar, qu8_avgpool__scalar;
+UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool__scalar;
+UkernelFunction<Qu8BinaryUkernel> qu8_add__scalar, qu8_mul__scalar;
+UkernelFunction<Qu8RequantizeUkernel> qu8_requantize__scalar;
 
 #if defined(__x86_64__) || defined(_M_X64)
 // AVX2 + FMA + F16C (gemm_avx2.cc; vector_kernels_avx2.cc: 8-lane vectors).
@@ -323,6 +457,13 @@ UkernelFunction<ReduceUkernel> f32_reduce__avx2;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__avx2;
 UkernelFunction<Col2ImUkernel> f32_col2im__avx2;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__avx2, f32_resize_linear__avx2;
+// qu8 (qu8_avx2.cc: 8 int32 lanes).
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16c4__avx2;
+UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__avx2;
+UkernelFunction<Qu8PoolUkernel> qu8_maxpool_32c__avx2, qu8_avgpool_8c__avx2;
+UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_32c__avx2;
+UkernelFunction<Qu8BinaryUkernel> qu8_add_16x__avx2, qu8_mul_16x__avx2;
+UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_16x__avx2;
 
 // AVX-512: the GEMM needs F only (gemm_avx512.cc); the vector kernels F + BW + DQ + VL
 // (vector_kernels_avx512.cc: 16-lane vectors).
@@ -343,6 +484,17 @@ UkernelFunction<ReduceUkernel> f32_reduce__avx512skx;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__avx512skx;
 UkernelFunction<Col2ImUkernel> f32_col2im__avx512skx;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__avx512skx, f32_resize_linear__avx512skx;
+// qu8 (qu8_avx512skx.cc: F + BW + DQ + VL, 16 int32 lanes; the GEMM widens to 16 bits).
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512skx;
+UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_16c__avx512skx;
+UkernelFunction<Qu8PoolUkernel> qu8_maxpool_64c__avx512skx, qu8_avgpool_16c__avx512skx;
+UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_64c__avx512skx;
+UkernelFunction<Qu8BinaryUkernel> qu8_add_16x__avx512skx, qu8_mul_16x__avx512skx;
+UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_16x__avx512skx;
+// AVX512_VNNI (qu8_avx512vnni.cc, also F + BW + DQ + VL): the avx512vnni level adds these to the
+// avx512 table.
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512vnni;
+UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_16c__avx512vnni;
 #endif
 
 #if defined(__aarch64__)
@@ -364,12 +516,23 @@ UkernelFunction<ReduceUkernel> f32_reduce__neon;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__neon;
 UkernelFunction<Col2ImUkernel> f32_col2im__neon;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__neon, f32_resize_linear__neon;
+// qu8 (qu8_neon.cc: ARMv8.0, 16-bit widening multiply-accumulate).
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16__neon;
+UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__neon;
+UkernelFunction<Qu8PoolUkernel> qu8_maxpool_16c__neon, qu8_avgpool_8c__neon;
+UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_16c__neon;
+UkernelFunction<Qu8BinaryUkernel> qu8_add_8x__neon, qu8_mul_8x__neon;
+UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_8x__neon;
 
 // ARMv8.2-A FP16 arithmetic (gemm_neonfp16.cc, depthwise_neonfp16.cc, built with
 // -march=armv8.2-a+fp16): the neonfp16 level adds these to the neon table.
 UkernelFunction<F16IgemmUkernel> f16_f32acc_igemm_4x16__neonfp16;
 UkernelFunction<DepthwiseUkernel> f16_f32acc_depthwise_16c__neonfp16;
 UkernelFunction<ConvertF32F16Ukernel> f32_f16_vcvt_8x__neonfp16;
+
+// ARMv8.2-A dot product (qu8_neondot.cc, built with -march=armv8.2-a+dotprod): the neondot level
+// adds it to the neonfp16 table.
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16c4__neondot;
 #endif
 
 }  // namespace edgesdk::kernels

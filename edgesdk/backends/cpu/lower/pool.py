@@ -14,7 +14,8 @@ from .base import fused_act, native_kernels, then_activate, fallback, lowering
 @lowering("MaxPool", "AveragePool")
 def pool(node: Node, b: Builder) -> None:
     if b.graph.tensors[node.inputs[0]].dtype != np.float32:
-        return fallback(node, b, "8-bit max pool: no native kernel yet")
+        from .quantize import uint8_max_pool
+        return uint8_max_pool(node, b)
     k = native_kernels()
     shape = b.shape(node.inputs[0])
     if len(shape) != 4:

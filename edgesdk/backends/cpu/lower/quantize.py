@@ -3,12 +3,17 @@ DequantizeLinear as numpy passes in the tensor's stored layout (they touch the g
 outputs only, where a pass over the tensor is the whole cost), and the integer ops."""
 from __future__ import annotations
 
+import math
+from functools import partial
+
 import numpy as np
 
 from ....graph import Node
-from ....ops.quantize import dtype_range, scalar, zero_point
-from ..program import Builder, Runner, Views
-from .base import fallback, lowering
+from ....ops.quantize import average_multipliers, channel_multipliers, clamp_range, dtype_range, mul_multiplier, \
+    scalar, zero_point
+from ....quant import fixedpoint as fx
+from ..program import NCHW, NHWC, Builder, Runner, Views
+from .base import fallback, lowering, native_kernels
 
 
 def _per_tensor(b: Builder, node: Node) -> bool:
@@ -60,10 +65,203 @@ def dequantize_linear(node: Node, b: Builder) -> None:
     b.emit(node, "numpy", bind, "per-tensor")
 
 
-INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
-               "QLinearAveragePool", "QLinearConcat", "QLinearLookup")
+# -- integer ops -----------------------------------------------------------------------------------
+# The native int8 kernels (cpu_native/src/kernels/*qu8*) take uint8 activations and int8 weights
+# of zero point 0 (edgesdk.quant.qdq moves int8 activations to uint8; PTQ writes symmetric
+# weights): anything else runs on the reference kernel, which computes the same integers.
+def _uint8(b: Builder, *names: str | None) -> bool:
+    return all(b.graph.tensors[n].dtype == np.uint8 for n in names if n)
 
 
-@lowering(*INTEGER_OPS)
-def integer_op(node: Node, b: Builder) -> None:
-    fallback(node, b, "no native int8 kernel yet")
+def _symmetric(b: Builder, zp_name: str | None) -> bool:
+    zp = b.graph.const(zp_name) if zp_name else None
+    return zp is None or not np.any(zp)
+
+
+def _requant(b: Builder, node: Node, x_scale: str, w_scale: str, y_scale: str, channels: int):
+    return channel_multipliers(scalar(b.graph.const(x_scale)), b.graph.const(w_scale), scalar(b.graph.const(y_scale)),
+                               channels)
+
+
+def _clamp(node: Node) -> tuple[int, int]:
+    return clamp_range(node, np.dtype(np.uint8))
+
+
+def _int32_bias(b: Builder, name: str | None) -> np.ndarray | None:
+    return None if not name else np.ascontiguousarray(b.graph.const(name).astype(np.int32).reshape(-1))
+
+
+@lowering("QLinearConv")
+def qlinear_conv(node: Node, b: Builder) -> None:
+    g, k = b.graph, native_kernels()
+    i = node.inputs
+    if not (_uint8(b, i[0], node.outputs[0]) and g.tensors[i[3]].dtype == np.int8 and _symmetric(b, node.input(5))):
+        return fallback(node, b, "int8 activations or asymmetric weights")
+    w = g.const(i[3])
+    group, channels = node.attrs["group"], b.shape(i[0])[1]
+    out_channels = w.shape[0]
+    mult, shift = _requant(b, node, i[1], i[4], i[6], out_channels)
+    qmin, qmax = _clamp(node)
+    x_zp, y_zp = zero_point(g.const(i[2])), zero_point(g.const(i[7]))
+    bias = _int32_bias(b, node.input(8))
+    a = node.attrs
+    geometry = {"stride": tuple(a["strides"]), "dilation": tuple(a["dilations"]), "pads": list(a["pads"])}
+    x = b.read(i[0], NHWC)
+    y = b.write(node.outputs[0], NHWC)
+    threads = b.threads_for(node)
+    if group == channels and w.shape[1] == 1 and group > 1:
+        dw = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))  # (KH, KW, C*multiplier)
+        b.emit(node, "native", lambda v: partial(
+            k.qu8_depthwise_conv, v[x], dw, bias, x_zp, mult, shift, y_zp, qmin, qmax, v[y],
+            geometry["stride"], geometry["dilation"], geometry["pads"], threads), "int8 depthwise")
+        return
+    if group != 1:
+        return fallback(node, b, "grouped int8 convolution")
+    packed = k.pack_qu8_conv(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), bias, x_zp, mult, shift, y_zp, qmin, qmax)
+    # A plan holds per-call state (its indirection buffer): one per arena, as for fp32 (conv.py).
+    new_plan = partial(k.Qu8ConvPlan, packed, list(x.storage_shape), tuple(w.shape[2:]), **geometry)
+    kind = "1x1 GEMM" if new_plan().is_gemm else "indirect conv"
+    b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], threads), f"int8 {kind}, {packed.kernel_name}")
+
+
+@lowering("QGemm", "QLinearMatMul")
+def qlinear_gemm(node: Node, b: Builder) -> None:
+    g, k = b.graph, native_kernels()
+    i = node.inputs
+    w = g.const(i[3])
+    trans_b = node.op == "QGemm" and node.attrs["transB"]
+    if w is None or w.ndim != 2 or w.dtype != np.int8 or not _symmetric(b, node.input(5)) or \
+            not _uint8(b, i[0], node.outputs[0]) or (node.op == "QGemm" and node.attrs["transA"]):
+        return fallback(node, b, "int8 activations, asymmetric or run-time weights")
+    matrix = np.ascontiguousarray(w if trans_b else w.T)  # (N, K)
+    n_out, depth = matrix.shape
+    y_spot = (7, 8) if node.op == "QGemm" else (6, 7)
+    mult, shift = _requant(b, node, i[1], i[4], i[y_spot[0]], n_out)
+    bias = _int32_bias(b, node.input(6)) if node.op == "QGemm" else None
+    if bias is not None and bias.size != n_out:
+        return fallback(node, b, "QGemm with a C that is not a row vector")
+    qmin, qmax = _clamp(node)
+    packed = k.pack_qu8_conv(matrix, bias, zero_point(g.const(i[2])), mult, shift, zero_point(g.const(i[y_spot[1]])),
+                             qmin, qmax)
+    a = b.read(i[0], NCHW)
+    y = b.write(node.outputs[0], NCHW)
+    rows = math.prod(b.shape(i[0])) // depth
+    threads = b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(k.qu8_gemm, v[a].reshape(rows, depth), packed,
+                                             v[y].reshape(rows, n_out), threads), f"int8 GEMM, {packed.kernel_name}")
+
+
+def _broadcast(out_shape, b_shape, layout: str) -> str | None:
+    """How the second operand of an 8-bit binary op meets the first in the kernels' row view."""
+    if tuple(b_shape) == tuple(out_shape):
+        return "none"
+    if math.prod(b_shape) == 1:
+        return "scalar"
+    if len(out_shape) == 4 and layout == NHWC and tuple(b_shape) == (1, out_shape[1], 1, 1):
+        return "channel"
+    return None
+
+
+@lowering("QLinearAdd", "QLinearMul")
+def qlinear_binary(node: Node, b: Builder) -> None:
+    g, k = b.graph, native_kernels()
+    i = node.inputs
+    out_shape = b.shape(node.outputs[0])
+    if not _uint8(b, i[0], i[3], node.outputs[0]) or tuple(b.shape(i[0])) != tuple(out_shape):
+        return fallback(node, b, "int8 activations or a broadcast first operand")
+    x = b.read_stored(i[0])
+    broadcast = _broadcast(out_shape, b.shape(i[3]), x.layout)
+    if broadcast is None:
+        return fallback(node, b, f"broadcast of {b.shape(i[3])} against {out_shape}")
+    other = b.read(i[3], x.layout) if broadcast == "none" else b.read(i[3], NCHW)
+    y = b.write(node.outputs[0], x.layout)
+    sa, sb, sy = (scalar(g.const(i[j])) for j in (1, 4, 6))
+    zps = [zero_point(g.const(i[j])) for j in (2, 5, 7)]
+    qmin, qmax = _clamp(node)
+    threads = b.threads_for(node)
+    # Rows of the stored last axis (C in NHWC, which is what a per-channel operand runs along).
+    width = x.storage_shape[-1] if x.storage_shape else 1
+    rows = math.prod(out_shape) // width
+    if node.op == "QLinearAdd":
+        mults = fx.add_multipliers(sa, sb, sy)
+        b.emit(node, "native", lambda v: partial(
+            k.qu8_add, v[x].reshape(rows, width), zps[0], _operand(v[other], broadcast, width), zps[1],
+            v[y].reshape(rows, width), zps[2], *mults, qmin, qmax, broadcast, threads), f"int8 add, {broadcast}")
+        return
+    mult, shift = mul_multiplier(sa, sb, sy)
+    b.emit(node, "native", lambda v: partial(
+        k.qu8_mul, v[x].reshape(rows, width), zps[0], _operand(v[other], broadcast, width), zps[1],
+        v[y].reshape(rows, width), zps[2], mult, shift, qmin, qmax, broadcast, threads), f"int8 mul, {broadcast}")
+
+
+def _operand(arr: np.ndarray, broadcast: str, width: int) -> np.ndarray:
+    if broadcast == "none":
+        return arr.reshape(-1, width)
+    return arr.reshape(-1)
+
+
+@lowering("QLinearGlobalAveragePool")
+def qlinear_global_average_pool(node: Node, b: Builder) -> None:
+    g, k = b.graph, native_kernels()
+    i = node.inputs
+    if not _uint8(b, i[0], node.outputs[0]):
+        return fallback(node, b, "int8 activations")
+    n, c, h, w = b.shape(i[0])
+    mult, shift = average_multipliers(scalar(g.const(i[1])), scalar(g.const(i[3])), [h * w])
+    x = b.read(i[0], NHWC)
+    y = b.write(node.outputs[0], NCHW)  # (N, C, 1, 1): the same bytes as (N, C)
+    threads = b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(
+        k.qu8_global_avgpool, v[x].reshape(n, h * w, c), zero_point(g.const(i[2])), v[y].reshape(n, c),
+        zero_point(g.const(i[4])), int(mult[0]), int(shift[0]), 0, 255, threads), "int8 global average")
+
+
+@lowering("QLinearAveragePool")
+def qlinear_average_pool(node: Node, b: Builder) -> None:
+    g, k = b.graph, native_kernels()
+    i = node.inputs
+    a = node.attrs
+    if not _uint8(b, i[0], node.outputs[0]) or a["ceil_mode"]:
+        return fallback(node, b, "int8 activations or ceil_mode")
+    taps = math.prod(a["kernel_shape"])
+    mult, shift = average_multipliers(scalar(g.const(i[1])), scalar(g.const(i[3])), np.arange(taps + 1))
+    x = b.read(i[0], NHWC)
+    y = b.write(node.outputs[0], NHWC)
+    threads = b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(
+        k.qu8_avgpool, v[x], zero_point(g.const(i[2])), v[y], zero_point(g.const(i[4])), mult, shift, 0, 255,
+        tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]), list(a["pads"]),
+        bool(a["count_include_pad"]), threads), "int8 average pool")
+
+
+def uint8_max_pool(node: Node, b: Builder) -> None:
+    """MaxPool on a uint8 tensor (pool.py sends it here): the max of codes is the code of the max."""
+    k = native_kernels()
+    a = node.attrs
+    if b.graph.tensors[node.inputs[0]].dtype != np.uint8 or a["ceil_mode"] or len(b.shape(node.inputs[0])) != 4:
+        return fallback(node, b, "int8 or ceil_mode max pool")
+    x = b.read(node.inputs[0], NHWC)
+    y = b.write(node.outputs[0], NHWC)
+    threads = b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(
+        k.qu8_maxpool, v[x], v[y], tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]),
+        list(a["pads"]), threads), "uint8 max pool")
+
+
+@lowering("QLinearLookup")
+def qlinear_lookup(node: Node, b: Builder) -> None:
+    table = b.graph.const(node.inputs[1])
+    x = b.read_stored(node.inputs[0])
+    y = b.write(node.outputs[0], x.layout)
+    index = (lambda a: a.view(np.uint8) ^ np.uint8(0x80)) if b.graph.tensors[node.inputs[0]].dtype == np.int8 \
+        else (lambda a: a)
+
+    def bind(v: Views) -> Runner:
+        xs, out = v[x], v[y]
+        return lambda: np.take(table, index(xs), out=out)
+    b.emit(node, "numpy", bind, "256-entry table")
+
+
+@lowering("QLinearConcat", reference_only=True)
+def qlinear_concat(node: Node, b: Builder) -> None:
+    fallback(node, b, "no native int8 concat yet")

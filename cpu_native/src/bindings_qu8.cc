@@ -1,0 +1,352 @@
+// edgesdk._native.kernels, continued: the int8 (qu8) bindings of operators_qu8.h. Same rules as
+// bindings_kernels.cc: zero-copy C-contiguous arrays of the stated dtype (uint8 activations, int8
+// weights, int32 bias / multipliers / shifts; anything else is a TypeError naming the argument, never
+// a silent copy), outputs written in place, the GIL released while a kernel runs; shapes, zero points
+// (0..255), clamps (0 <= qmin <= qmax <= 255), multipliers (int32) and shifts ([-31, 30]) are checked
+// first (ValueError). isa= forces a kernel level (tests).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings_util.h"
+#include "kernels/operators_qu8.h"
+
+namespace py = pybind11;
+namespace k = edgesdk::kernels;
+using namespace edgesdk::bindings;
+
+namespace {
+
+using Pair = std::pair<size_t, size_t>;
+
+k::ConvGeometry geometry(Pair kernel, Pair stride, Pair dilation, const std::vector<size_t>& pads) {
+  if (pads.size() != 4) throw py::value_error("pads must be (top, left, bottom, right)");
+  k::ConvGeometry g;
+  g.kh = kernel.first; g.kw = kernel.second;
+  g.stride_h = stride.first; g.stride_w = stride.second;
+  g.dil_h = dilation.first; g.dil_w = dilation.second;
+  g.pad_top = pads[0]; g.pad_left = pads[1]; g.pad_bottom = pads[2]; g.pad_right = pads[3];
+  return g;
+}
+
+uint8_t byte_arg(int64_t v, const char* name) {
+  if (v < 0 || v > 255) throw py::value_error(std::string(name) + " must be in [0, 255], got " + std::to_string(v));
+  return static_cast<uint8_t>(v);
+}
+
+std::pair<uint8_t, uint8_t> clamp_args(int64_t qmin, int64_t qmax) {
+  const uint8_t lo = byte_arg(qmin, "qmin"), hi = byte_arg(qmax, "qmax");
+  if (lo > hi) throw py::value_error("qmin must be <= qmax");
+  return {lo, hi};
+}
+
+int32_t multiplier_arg(int64_t v, const char* name) {
+  if (v < INT32_MIN || v > INT32_MAX) throw py::value_error(std::string(name) + " must fit int32");
+  return static_cast<int32_t>(v);
+}
+
+int32_t shift_arg(int64_t v, const char* name) {
+  if (v < -31 || v > 30) throw py::value_error(std::string(name) + " must be in [-31, 30], got " + std::to_string(v));
+  return static_cast<int32_t>(v);
+}
+
+const uint8_t* in_u8(const py::array& a, const char* name) {
+  require_array<uint8_t>(a, name, false);
+  return static_cast<const uint8_t*>(a.data());
+}
+
+uint8_t* out_u8(py::array& a, const char* name) {
+  require_array<uint8_t>(a, name, true);
+  return static_cast<uint8_t*>(a.mutable_data());
+}
+
+// int32 vector of n values.
+const int32_t* int32_vector(const py::array& a, size_t n, const char* name) {
+  require_array<int32_t>(a, name, false);
+  expect_shape(a, {n}, name);
+  return static_cast<const int32_t*>(a.data());
+}
+
+// Shifts of n channels, each in [-31, 30].
+const int32_t* shift_vector(const py::array& a, size_t n, const char* name) {
+  const int32_t* p = int32_vector(a, n, name);
+  for (size_t i = 0; i < n; ++i) shift_arg(p[i], name);
+  return p;
+}
+
+k::Broadcast broadcast_arg(const std::string& s) {
+  if (s == "none") return k::Broadcast::None;
+  if (s == "channel") return k::Broadcast::PerChannel;
+  if (s == "scalar") return k::Broadcast::Scalar;
+  throw py::value_error("broadcast must be 'none', 'channel' or 'scalar', got '" + s + "'");
+}
+
+// a (rows, C) (any leading dims), b by the broadcast, y a's shape: returns (rows, C).
+std::pair<size_t, size_t> binary_shapes(const py::array& a, const py::array& b, const py::array& y, k::Broadcast bc) {
+  if (a.ndim() < 1) throw py::value_error("a must have at least one dimension");
+  const size_t c = static_cast<size_t>(a.shape(a.ndim() - 1)), total = static_cast<size_t>(a.size());
+  const size_t rows = c == 0 ? 0 : total / c;
+  if (bc == k::Broadcast::None) expect_shape(b, shape_of(a), "b");
+  if (bc == k::Broadcast::PerChannel) expect_shape(b, {c}, "b");
+  if (bc == k::Broadcast::Scalar && b.size() != 1) throw py::value_error("b: expected one value (broadcast='scalar')");
+  expect_shape(y, shape_of(a), "y");
+  return {rows, c};
+}
+
+// A convolution plan holding (a reference to) its packed weights. run() may rebuild the plan's
+// indirection buffer, so concurrent runs of one plan take turns.
+struct PyQu8ConvPlan {
+  std::shared_ptr<k::PackedQu8Weights> weights;
+  k::Qu8ConvPlan plan;
+  size_t n, h, w, c;
+  std::mutex mutex;
+};
+
+}  // namespace
+
+void register_qu8_kernels(py::module_& km) {
+  py::class_<k::PackedQu8Weights, std::shared_ptr<k::PackedQu8Weights>>(
+      km, "PackedQu8Weights", "int8 weights packed for one level's qu8 GEMM, the input zero point folded into the bias.")
+      .def_property_readonly("n", [](const k::PackedQu8Weights& w) { return w.n; })
+      .def_property_readonly("k", [](const k::PackedQu8Weights& w) { return w.k; })
+      .def_property_readonly("kernel", [](const k::PackedQu8Weights& w) { return Pair{w.kh, w.kw}; })
+      .def_property_readonly("isa", [](const k::PackedQu8Weights& w) { return std::string(w.table->name); })
+      .def_property_readonly("nr", [](const k::PackedQu8Weights& w) { return w.nr; })
+      .def_property_readonly("mr", [](const k::PackedQu8Weights& w) { return w.mr; })
+      .def_property_readonly("kr", [](const k::PackedQu8Weights& w) { return w.kr; })
+      .def_property_readonly("kernel_name", [](const k::PackedQu8Weights& w) { return std::string(w.kernel_name()); })
+      .def_property_readonly("input_zero_point", [](const k::PackedQu8Weights& w) { return w.input_zero_point; })
+      .def_property_readonly("output_zero_point", [](const k::PackedQu8Weights& w) { return w.out.zero_point; })
+      .def("__repr__", [](const k::PackedQu8Weights& w) {
+        return "<PackedQu8Weights n=" + std::to_string(w.n) + " k=" + std::to_string(w.k) + " kernel=(" +
+               std::to_string(w.kh) + ", " + std::to_string(w.kw) + ") " + w.kernel_name() + ">";
+      });
+
+  km.def("pack_qu8_conv", [](const py::array& w, std::optional<py::array> bias, int64_t input_zero_point,
+                             const py::array& multiplier, const py::array& shift, int64_t output_zero_point,
+                             int64_t qmin, int64_t qmax, std::optional<std::string> isa) {
+    require_array<int8_t>(w, "w", false);
+    if (w.ndim() != 4 && w.ndim() != 2) throw py::value_error("w must be (N, KH, KW, C) (OHWI) or (N, K)");
+    const auto ws = shape_of(w);
+    const size_t n = ws[0], kh = w.ndim() == 4 ? ws[1] : 1, kw = w.ndim() == 4 ? ws[2] : 1;
+    const size_t kk = w.ndim() == 4 ? ws[1] * ws[2] * ws[3] : ws[1];
+    if (n == 0 || kk == 0) throw py::value_error("w must not be empty");
+    const int32_t* b = bias ? int32_vector(*bias, n, "bias") : nullptr;
+    const int32_t* mp = int32_vector(multiplier, n, "multiplier");
+    const int32_t* sp = shift_vector(shift, n, "shift");
+    const uint8_t x_zp = byte_arg(input_zero_point, "input_zero_point");
+    const uint8_t y_zp = byte_arg(output_zero_point, "output_zero_point");
+    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const k::KernelTable* t = table_for(isa);
+    const auto* wp = static_cast<const int8_t*>(w.data());
+    return std::make_shared<k::PackedQu8Weights>(
+        k::pack_qu8_gemm_weights(wp, n, kk, b, x_zp, mp, sp, y_zp, lo, hi, t, kh, kw));
+  }, py::arg("w"), py::arg("bias"), py::arg("input_zero_point"), py::arg("multiplier"), py::arg("shift"),
+     py::arg("output_zero_point"), py::arg("qmin") = 0, py::arg("qmax") = 255, py::arg("isa") = py::none(),
+     "Packs int8 weights (N, KH, KW, C) (OHWI) or (N, K), symmetric per output channel, for the level's qu8 "
+     "GEMM: acc = bias + sum (x - input_zero_point) * w, y = clamp(requantize(acc, multiplier, shift) + "
+     "output_zero_point, qmin, qmax) per output channel (TFLite's QuantizeMultiplier convention).");
+
+  km.def("qu8_gemm", [](const py::array& a, const k::PackedQu8Weights& w, py::array& y, size_t threads) {
+    const uint8_t* ap = in_u8(a, "a");
+    if (a.ndim() != 2 || static_cast<size_t>(a.shape(1)) != w.k) throw py::value_error("a must be (M, K)");
+    if (w.kh != 1 || w.kw != 1) throw py::value_error("the weights are packed for a convolution kernel, not a GEMM");
+    const size_t m = static_cast<size_t>(a.shape(0));
+    expect_shape(y, {m, w.n}, "y");
+    uint8_t* yp = out_u8(y, "y");
+    py::gil_scoped_release release;
+    k::qu8_gemm(ap, m, w.k, w, yp, w.n, threads);
+  }, py::arg("a"), py::arg("packed"), py::arg("y"), py::arg("threads") = 1,
+     "y[M, N] = requantized a[M, K] (uint8) x W (Gemm / MatMul with constant weights).");
+
+  py::class_<PyQu8ConvPlan>(km, "Qu8ConvPlan")
+      .def(py::init([](std::shared_ptr<k::PackedQu8Weights> w, std::vector<size_t> input_shape, Pair kernel,
+                       Pair stride, Pair dilation, std::vector<size_t> pads) {
+             if (input_shape.size() != 4) throw py::value_error("input_shape must be (N, H, W, C)");
+             const k::ConvGeometry g = geometry(kernel, stride, dilation, pads);
+             return new PyQu8ConvPlan{w, k::Qu8ConvPlan(input_shape[0], input_shape[1], input_shape[2], input_shape[3], g, *w),
+                                      input_shape[0], input_shape[1], input_shape[2], input_shape[3], {}};
+           }),
+           py::arg("packed"), py::arg("input_shape"), py::arg("kernel"), py::arg("stride") = Pair{1, 1},
+           py::arg("dilation") = Pair{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
+           "Plan for an NHWC uint8 convolution (groups 1) with weights from pack_qu8_conv for this kernel.")
+      .def_property_readonly("output_shape", [](const PyQu8ConvPlan& p) {
+        return std::vector<size_t>{p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n};
+      })
+      .def_property_readonly("is_gemm", [](const PyQu8ConvPlan& p) { return p.plan.is_gemm(); })
+      .def("run", [](PyQu8ConvPlan& p, const py::array& x, py::array& y, size_t threads) {
+        expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
+        expect_shape(y, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "y");
+        const uint8_t* xp = in_u8(x, "x");
+        uint8_t* yp = out_u8(y, "y");
+        py::gil_scoped_release release;
+        std::lock_guard<std::mutex> lock(p.mutex);
+        p.plan.run(xp, yp, threads);
+      }, py::arg("x"), py::arg("y"), py::arg("threads") = 1);
+
+  km.def("qu8_depthwise_conv", [](const py::array& x, const py::array& w, std::optional<py::array> bias,
+                                  int64_t input_zero_point, const py::array& multiplier, const py::array& shift,
+                                  int64_t output_zero_point, int64_t qmin, int64_t qmax, py::array& y, Pair stride,
+                                  Pair dilation, std::vector<size_t> pads, size_t threads,
+                                  std::optional<std::string> isa) {
+    const uint8_t* xp = in_u8(x, "x");
+    require_array<int8_t>(w, "w", false);
+    if (x.ndim() != 4 || w.ndim() != 3) throw py::value_error("x must be (N, H, W, C) and w (KH, KW, C*multiplier)");
+    const auto xs = shape_of(x), ws = shape_of(w);
+    if (xs[3] == 0 || ws[2] % xs[3] != 0) throw py::value_error("w's last dim must be a multiple of C");
+    const size_t mult = ws[2] / xs[3], oc = ws[2];
+    if (mult == 0) throw py::value_error("w must not be empty");
+    const k::ConvGeometry g = geometry({ws[0], ws[1]}, stride, dilation, pads);
+    const size_t oh = k::conv_output_size(xs[1], g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+    const size_t ow = k::conv_output_size(xs[2], g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+    const int32_t* b = bias ? int32_vector(*bias, oc, "bias") : nullptr;
+    const int32_t* mp = int32_vector(multiplier, oc, "multiplier");
+    const int32_t* sp = shift_vector(shift, oc, "shift");
+    const uint8_t x_zp = byte_arg(input_zero_point, "input_zero_point");
+    const uint8_t y_zp = byte_arg(output_zero_point, "output_zero_point");
+    const auto [lo, hi] = clamp_args(qmin, qmax);
+    expect_shape(y, {xs[0], oh, ow, oc}, "y");
+    uint8_t* yp = out_u8(y, "y");
+    const auto* wp = static_cast<const int8_t*>(w.data());
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, b, x_zp, mp, sp, y_zp, lo, hi, yp, threads, t);
+  }, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("input_zero_point"), py::arg("multiplier"), py::arg("shift"),
+     py::arg("output_zero_point"), py::arg("qmin"), py::arg("qmax"), py::arg("y"), py::arg("stride") = Pair{1, 1},
+     py::arg("dilation") = Pair{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0}, py::arg("threads") = 1,
+     py::arg("isa") = py::none(),
+     "NHWC uint8 depthwise convolution, w int8 (KH, KW, C*multiplier): padding taps add 0 (they stand for "
+     "input_zero_point); multiplier / shift per output channel.");
+
+  km.def("qu8_add", [](const py::array& a, int64_t a_zp, const py::array& b, int64_t b_zp, py::array& y, int64_t y_zp,
+                       int64_t a_mult, int64_t a_shift, int64_t b_mult, int64_t b_shift, int64_t out_mult,
+                       int64_t out_shift, int64_t qmin, int64_t qmax, const std::string& broadcast, size_t threads,
+                       std::optional<std::string> isa) {
+    const k::Broadcast bc = broadcast_arg(broadcast);
+    const uint8_t* ap = in_u8(a, "a");
+    const uint8_t* bp = in_u8(b, "b");
+    const auto [rows, c] = binary_shapes(a, b, y, bc);
+    uint8_t* yp = out_u8(y, "y");
+    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const uint8_t azp = byte_arg(a_zp, "a_zp"), bzp = byte_arg(b_zp, "b_zp"), yzp = byte_arg(y_zp, "y_zp");
+    const int32_t am = multiplier_arg(a_mult, "a_mult"), bm = multiplier_arg(b_mult, "b_mult");
+    const int32_t om = multiplier_arg(out_mult, "out_mult");
+    const int32_t as = shift_arg(a_shift, "a_shift"), bs = shift_arg(b_shift, "b_shift");
+    const int32_t os = shift_arg(out_shift, "out_shift");
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_add(ap, azp, bp, bzp, yp, yzp, rows, c, bc, am, as, bm, bs, om, os, lo, hi, threads, t);
+  }, py::arg("a"), py::arg("a_zp"), py::arg("b"), py::arg("b_zp"), py::arg("y"), py::arg("y_zp"), py::arg("a_mult"),
+     py::arg("a_shift"), py::arg("b_mult"), py::arg("b_shift"), py::arg("out_mult"), py::arg("out_shift"),
+     py::arg("qmin") = 0, py::arg("qmax") = 255, py::arg("broadcast") = "none", py::arg("threads") = 1,
+     py::arg("isa") = py::none(),
+     "TFLite's quantized Add: sa = requantize((a - a_zp) << 20, a_mult, a_shift), sb likewise, y = clamp("
+     "requantize(sa + sb, out_mult, out_shift) + y_zp, qmin, qmax); a, y (rows, C), b (rows, C), (C,) or (1,) "
+     "as broadcast says ('none', 'channel', 'scalar').");
+
+  km.def("qu8_mul", [](const py::array& a, int64_t a_zp, const py::array& b, int64_t b_zp, py::array& y, int64_t y_zp,
+                       int64_t mult, int64_t shift, int64_t qmin, int64_t qmax, const std::string& broadcast,
+                       size_t threads, std::optional<std::string> isa) {
+    const k::Broadcast bc = broadcast_arg(broadcast);
+    const uint8_t* ap = in_u8(a, "a");
+    const uint8_t* bp = in_u8(b, "b");
+    const auto [rows, c] = binary_shapes(a, b, y, bc);
+    uint8_t* yp = out_u8(y, "y");
+    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const uint8_t azp = byte_arg(a_zp, "a_zp"), bzp = byte_arg(b_zp, "b_zp"), yzp = byte_arg(y_zp, "y_zp");
+    const int32_t m = multiplier_arg(mult, "mult"), s = shift_arg(shift, "shift");
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_mul(ap, azp, bp, bzp, yp, yzp, rows, c, bc, m, s, lo, hi, threads, t);
+  }, py::arg("a"), py::arg("a_zp"), py::arg("b"), py::arg("b_zp"), py::arg("y"), py::arg("y_zp"), py::arg("mult"),
+     py::arg("shift"), py::arg("qmin") = 0, py::arg("qmax") = 255, py::arg("broadcast") = "none",
+     py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "y = clamp(requantize((a - a_zp) * (b - b_zp), mult, shift) + y_zp, qmin, qmax), b broadcast as in qu8_add.");
+
+  km.def("qu8_global_avgpool", [](const py::array& x, int64_t x_zp, py::array& y, int64_t y_zp, int64_t mult,
+                                  int64_t shift, int64_t qmin, int64_t qmax, size_t threads,
+                                  std::optional<std::string> isa) {
+    const uint8_t* xp = in_u8(x, "x");
+    if (x.ndim() != 3) throw py::value_error("x must be (N, HW, C)");
+    const auto xs = shape_of(x);
+    expect_shape(y, {xs[0], xs[2]}, "y");
+    uint8_t* yp = out_u8(y, "y");
+    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const uint8_t xzp = byte_arg(x_zp, "x_zp"), yzp = byte_arg(y_zp, "y_zp");
+    const int32_t m = multiplier_arg(mult, "mult"), s = shift_arg(shift, "shift");
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_global_avgpool(xp, xs[0], xs[1], xs[2], xzp, yp, yzp, m, s, lo, hi, threads, t);
+  }, py::arg("x"), py::arg("x_zp"), py::arg("y"), py::arg("y_zp"), py::arg("mult"), py::arg("shift"),
+     py::arg("qmin") = 0, py::arg("qmax") = 255, py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "y[N, C] = clamp(requantize(sum over HW of (x - x_zp), mult, shift) + y_zp, qmin, qmax), x (N, HW, C) "
+     "(1/HW goes into mult / shift).");
+
+  km.def("qu8_avgpool", [](const py::array& x, int64_t x_zp, py::array& y, int64_t y_zp, const py::array& mult,
+                           const py::array& shift, int64_t qmin, int64_t qmax, Pair kernel, Pair stride,
+                           Pair dilation, std::vector<size_t> pads, bool count_include_pad, size_t threads,
+                           std::optional<std::string> isa) {
+    const uint8_t* xp = in_u8(x, "x");
+    if (x.ndim() != 4) throw py::value_error("x must be (N, H, W, C)");
+    const auto xs = shape_of(x);
+    const k::ConvGeometry g = geometry(kernel, stride, dilation, pads);
+    const size_t oh = k::conv_output_size(xs[1], g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+    const size_t ow = k::conv_output_size(xs[2], g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+    expect_shape(y, {xs[0], oh, ow, xs[3]}, "y");
+    uint8_t* yp = out_u8(y, "y");
+    const size_t entries = g.kh * g.kw + 1;
+    const int32_t* mp = int32_vector(mult, entries, "mult");
+    const int32_t* sp = shift_vector(shift, entries, "shift");
+    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const uint8_t xzp = byte_arg(x_zp, "x_zp"), yzp = byte_arg(y_zp, "y_zp");
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_avgpool(xp, xs[0], xs[1], xs[2], xs[3], xzp, g, count_include_pad, mp, sp, yzp, lo, hi, yp, threads, t);
+  }, py::arg("x"), py::arg("x_zp"), py::arg("y"), py::arg("y_zp"), py::arg("mult"), py::arg("shift"),
+     py::arg("qmin"), py::arg("qmax"), py::arg("kernel"), py::arg("stride") = Pair{1, 1},
+     py::arg("dilation") = Pair{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
+     py::arg("count_include_pad") = false, py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "NHWC uint8 average pooling: acc = sum of the in-bounds taps' (x - x_zp), requantized with entry `count` "
+     "of mult / shift (KH*KW + 1 entries; count = in-bounds taps, or the whole window with count_include_pad).");
+
+  km.def("qu8_maxpool", [](const py::array& x, py::array& y, Pair kernel, Pair stride, Pair dilation,
+                           std::vector<size_t> pads, size_t threads, std::optional<std::string> isa) {
+    const uint8_t* xp = in_u8(x, "x");
+    if (x.ndim() != 4) throw py::value_error("x must be (N, H, W, C)");
+    const auto xs = shape_of(x);
+    const k::ConvGeometry g = geometry(kernel, stride, dilation, pads);
+    const size_t oh = k::conv_output_size(xs[1], g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+    const size_t ow = k::conv_output_size(xs[2], g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+    expect_shape(y, {xs[0], oh, ow, xs[3]}, "y");
+    uint8_t* yp = out_u8(y, "y");
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_maxpool(xp, xs[0], xs[1], xs[2], xs[3], g, yp, threads, t);
+  }, py::arg("x"), py::arg("y"), py::arg("kernel"), py::arg("stride") = Pair{1, 1}, py::arg("dilation") = Pair{1, 1},
+     py::arg("pads") = std::vector<size_t>{0, 0, 0, 0}, py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "NHWC uint8 max pooling (padding never wins; a window with no input tap gives 0).");
+
+  km.def("qu8_requantize", [](const py::array& x, int64_t x_zp, py::array& y, int64_t y_zp, int64_t mult,
+                              int64_t shift, int64_t qmin, int64_t qmax, size_t threads,
+                              std::optional<std::string> isa) {
+    const uint8_t* xp = in_u8(x, "x");
+    expect_shape(y, shape_of(x), "y");
+    uint8_t* yp = out_u8(y, "y");
+    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const uint8_t xzp = byte_arg(x_zp, "x_zp"), yzp = byte_arg(y_zp, "y_zp");
+    const int32_t m = multiplier_arg(mult, "mult"), s = shift_arg(shift, "shift");
+    const k::KernelTable* t = table_for(isa);
+    const size_t count = static_cast<size_t>(x.size());
+    py::gil_scoped_release release;
+    k::qu8_requantize(xp, count, xzp, yp, yzp, m, s, lo, hi, threads, t);
+  }, py::arg("x"), py::arg("x_zp"), py::arg("y"), py::arg("y_zp"), py::arg("mult"), py::arg("shift"),
+     py::arg("qmin") = 0, py::arg("qmax") = 255, py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "y = clamp(requantize(x - x_zp, mult, shift) + y_zp, qmin, qmax), any C-contiguous shape (a rescale).");
+}

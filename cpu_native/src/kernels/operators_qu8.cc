@@ -1,0 +1,375 @@
+// qu8 drivers: packing, the GEMM and convolution tiling, and the threaded element-wise and pooling
+// operators around the qu8 microkernels (operators_qu8.h).
+#include "kernels/operators_qu8.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/indirection.h"
+#include "kernels/requantization.h"
+#include "kernels/thread_pool.h"
+
+namespace edgesdk::kernels {
+namespace {
+
+const KernelTable& table_or_active(const KernelTable* t) { return t != nullptr ? *t : active_kernels(); }
+
+void require(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+// (The messages are built only on failure: these run once per channel and call.)
+void require_shift(int32_t shift, const char* what) {
+  if (shift < -31 || shift > 30)
+    throw std::invalid_argument(std::string(what) + ": shift " + std::to_string(shift) + " outside [-31, 30]");
+}
+
+void require_clamp(uint8_t qmin, uint8_t qmax, const char* what) {
+  if (qmin > qmax) throw std::invalid_argument(std::string(what) + ": qmin > qmax");
+}
+
+// int64 -> int32 modulo 2^32: the accumulators' arithmetic (ukernels.h), so a folded bias that
+// leaves int32 still gives the sum every kernel computes.
+int32_t wrap_int32(int64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(v))); }
+
+// Where weight (column j of the panel, kernel position s, channel kk) goes in the panel, as an
+// element index (int8 or int16) of the level's Qu8Layout (ukernels.h).
+size_t packed_index(Qu8Layout layout, size_t nr, size_t kcp, size_t s, size_t kk, size_t j) {
+  switch (layout) {
+    case Qu8Layout::KMajor: return (s * kcp + kk) * nr + j;
+    case Qu8Layout::C4: return ((s * kcp / 4 + kk / 4) * nr + j) * 4 + kk % 4;
+    case Qu8Layout::C4Split16: {
+      const size_t step = s * kcp / 4 + kk / 4, t = kk % 4;
+      return (step * 2 * nr + (t % 2) * nr + j) * 2 + t / 2;
+    }
+  }
+  return 0;
+}
+
+Qu8Output make_output(uint8_t zp, uint8_t qmin, uint8_t qmax) { return Qu8Output{zp, qmin, qmax}; }
+
+}  // namespace
+
+PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, const int32_t* bias, uint8_t x_zp,
+                                       const int32_t* multiplier, const int32_t* shift, uint8_t y_zp, uint8_t qmin,
+                                       uint8_t qmax, const KernelTable* t, size_t kh, size_t kw) {
+  require(n > 0 && k > 0, "pack_qu8_gemm_weights: empty matrix");
+  require(kh > 0 && kw > 0 && k % (kh * kw) == 0, "pack_qu8_gemm_weights: K is not a multiple of KH*KW");
+  require_clamp(qmin, qmax, "pack_qu8_gemm_weights");
+  for (size_t o = 0; o < n; ++o) require_shift(shift[o], "pack_qu8_gemm_weights");
+  PackedQu8Weights out;
+  out.table = &table_or_active(t);
+  const KernelTable& tab = *out.table;
+  out.n = n;
+  out.k = k;
+  out.kh = kh;
+  out.kw = kw;
+  out.c = k / (kh * kw);
+  out.mr = tab.qu8_gemm_mr;
+  out.nr = tab.qu8_gemm_nr;
+  out.kr = tab.qu8_gemm_kr;
+  out.kcp = round_up(out.c, out.kr);
+  out.input_zero_point = x_zp;
+  out.out = make_output(y_zp, qmin, qmax);
+  const size_t nr = out.nr, panels = out.panel_count(), ks = out.ks();
+  out.panels = AlignedBuffer<uint8_t>(panels * out.panel_bytes());
+  std::memset(out.panels.data(), 0, panels * out.panel_bytes());
+  out.bias = AlignedBuffer<int32_t>(panels * nr);
+  out.rq = AlignedBuffer<int32_t>(panels * kQu8RqRows * nr);
+  auto* w8 = reinterpret_cast<int8_t*>(out.panels.data());
+  auto* w16 = reinterpret_cast<int16_t*>(out.panels.data());
+  for (size_t p = 0; p < panels; ++p) {
+    int32_t* rq = out.rq.data() + p * kQu8RqRows * nr;
+    for (size_t j = 0; j < nr; ++j) {
+      const size_t col = p * nr + j;
+      if (col >= n) {  // padding columns: zero weights and bias, computed and never stored
+        out.bias[col] = 0;
+        qu8_set_requant(rq, nr, j, qu8_requant_of(0, 0));
+        continue;
+      }
+      int64_t sum = 0;
+      for (size_t s = 0; s < ks; ++s)
+        for (size_t kk = 0; kk < out.c; ++kk) {
+          const int8_t v = w[col * k + s * out.c + kk];
+          sum += v;
+          const size_t idx = p * out.panel_bytes() / out.elem_size() + packed_index(tab.qu8_layout, nr, out.kcp, s, kk, j);
+          if (out.elem_size() == 2) w16[idx] = v;
+          else w8[idx] = v;
+        }
+      const int64_t b = bias != nullptr ? bias[col] : 0;
+      out.bias[col] = wrap_int32(b - static_cast<int64_t>(x_zp) * sum + (tab.qu8_xor80 ? 128 * sum : 0));
+      qu8_set_requant(rq, nr, j, qu8_requant_of(multiplier[col], shift[col]));
+    }
+  }
+  return out;
+}
+
+void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w, uint8_t* c, size_t ldc,
+              size_t threads) {
+  if (m == 0) return;
+  require(w.ks() == 1, "qu8_gemm: the weights are packed for a convolution kernel larger than 1x1");
+  require(lda >= w.k && ldc >= w.n, "qu8_gemm: row stride smaller than the row");
+  const KernelTable& t = *w.table;
+  const size_t mr = w.mr, nr = w.nr;
+  // Tiles as gemm() cuts them (operators.cc): row blocks of 16 microtiles, panels split further
+  // only to feed the threads. No K blocking: the requantization is fused, so a tile needs its
+  // whole sum in one call; a panel is K * NR bytes (int16: 2x), 74 KB at K = 4608, read from L2.
+  const size_t mb = mr * 16;
+  const size_t m_tiles = div_up(m, mb);
+  const size_t panels = w.panel_count();
+  size_t n_tiles = 1;
+  if (threads > 1 && m_tiles < 8 * threads) n_tiles = min_size(panels, div_up(8 * threads, m_tiles));
+  const size_t panels_per_tile = div_up(panels, n_tiles);
+  n_tiles = div_up(panels, panels_per_tile);
+  auto run_tile = [&](size_t tile) {
+    const size_t mt = tile % m_tiles, nt = tile / m_tiles;
+    const size_t m0 = mt * mb, m1 = min_size(m, m0 + mb);
+    const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
+    const uint8_t* rows[64];  // MR pointers (MR <= 64)
+    for (size_t p = p0; p < p1; ++p) {
+      const size_t ncur = min_size(nr, w.n - p * nr);
+      for (size_t i0 = m0; i0 < m1; i0 += mr) {
+        const size_t mcur = min_size(mr, m1 - i0);
+        for (size_t i = 0; i < mr; ++i) rows[i] = a + (i0 + min_size(i, mcur - 1)) * lda;
+        t.qu8_igemm(mcur, ncur, w.k, 1, rows, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p), c + i0 * ldc + p * nr,
+                    ldc, &w.out);
+      }
+    }
+  };
+  parallel_for(m_tiles * n_tiles, threads, [&](size_t begin, size_t end) {
+    for (size_t tile = begin; tile < end; ++tile) run_tile(tile);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Qu8ConvPlan::Qu8ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g,
+                         const PackedQu8Weights& weights)
+    : n_(n), h_(h), w_(w), c_(c), g_(g), weights_(&weights) {
+  oh_ = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  ow_ = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  if (weights.kh != g.kh || weights.kw != g.kw)
+    throw std::invalid_argument("Qu8ConvPlan: the weights are packed for a " + std::to_string(weights.kh) + "x" +
+                                std::to_string(weights.kw) + " kernel, not " + std::to_string(g.kh) + "x" +
+                                std::to_string(g.kw));
+  require(weights.c == c, "Qu8ConvPlan: packed weights K != KH*KW*C");
+  direct_gemm_ = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 &&
+                 g.pad_left == 0 && g.pad_bottom == 0 && g.pad_right == 0;
+  if (!direct_gemm_) {
+    padding_ = AlignedBuffer<uint8_t>(round_up(c, 64));
+    std::memset(padding_.data(), weights.input_zero_point, padding_.size());
+  }
+}
+
+void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, size_t in_stride, size_t out_stride) {
+  const PackedQu8Weights& w = *weights_;
+  if (in_stride == 0) in_stride = c_;
+  if (out_stride == 0) out_stride = w.n;
+  require(in_stride >= c_ && out_stride >= w.n, "Qu8ConvPlan::run: pixel stride smaller than the channels");
+  if (n_ * oh_ * ow_ == 0) return;
+  if (direct_gemm_) {
+    qu8_gemm(input, n_ * h_ * w_, in_stride, w, output, out_stride, threads);
+    return;
+  }
+  if (input != built_input_ || in_stride != built_stride_ || indirection_.empty()) {
+    fill_indirection<uint8_t>(indirection_, input, in_stride, padding_.data(), w.mr, n_, h_, w_, oh_, ow_, g_);
+    built_input_ = input;
+    built_stride_ = in_stride;
+  }
+  const KernelTable& t = *w.table;
+  const size_t mr = w.mr, nr = w.nr, ks = w.ks();
+  const size_t pixels = n_ * oh_ * ow_;
+  const size_t tiles = div_up(pixels, mr);
+  const size_t panels = w.panel_count();
+  // Work units as ConvPlan's: 8 pixel tiles x a group of panels; panels are split only to feed
+  // the threads.
+  const size_t tiles_per_unit = 8;
+  const size_t pixel_units = div_up(tiles, tiles_per_unit);
+  size_t panel_units = 1;
+  if (threads > 1 && pixel_units < 8 * threads) panel_units = min_size(panels, div_up(8 * threads, pixel_units));
+  const size_t panels_per_unit = div_up(panels, panel_units);
+  panel_units = div_up(panels, panels_per_unit);
+  const uint8_t* const* ind = indirection_.data();
+  auto run_unit = [&](size_t unit) {
+    const size_t pu = unit % pixel_units, nu = unit / pixel_units;
+    const size_t t0 = pu * tiles_per_unit, t1 = min_size(tiles, t0 + tiles_per_unit);
+    const size_t p0 = nu * panels_per_unit, p1 = min_size(panels, p0 + panels_per_unit);
+    for (size_t p = p0; p < p1; ++p) {
+      const size_t ncur = min_size(nr, w.n - p * nr);
+      for (size_t tile = t0; tile < t1; ++tile) {
+        const size_t mcur = min_size(mr, pixels - tile * mr);
+        t.qu8_igemm(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p),
+                    output + tile * mr * out_stride + p * nr, out_stride, &w.out);
+      }
+    }
+  };
+  parallel_for(pixel_units * panel_units, threads, [&](size_t begin, size_t end) {
+    for (size_t u = begin; u < end; ++u) run_unit(u);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
+                        const ConvGeometry& g, const int8_t* weights, const int32_t* bias, uint8_t x_zp,
+                        const int32_t* out_multiplier, const int32_t* out_shift, uint8_t y_zp, uint8_t qmin,
+                        uint8_t qmax, uint8_t* output, size_t threads, const KernelTable* t) {
+  require(multiplier > 0 && c > 0, "qu8_depthwise_conv: empty channels");
+  require_clamp(qmin, qmax, "qu8_depthwise_conv");
+  const size_t oc = c * multiplier, taps = g.kh * g.kw;
+  for (size_t o = 0; o < oc; ++o) require_shift(out_shift[o], "qu8_depthwise_conv");
+  Qu8DepthwiseArgs args{};
+  args.n = n; args.h = h; args.w = w; args.c = c; args.multiplier = multiplier;
+  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
+  args.dil_h = g.dil_h; args.dil_w = g.dil_w; args.pad_top = g.pad_top; args.pad_left = g.pad_left;
+  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  args.in_stride = c;
+  args.out_stride = oc;
+  // The per-call preparation is O(taps * OC), against O(N * OH * OW * taps * OC) for the kernel, but
+  // at 7 x 7 outputs that is still a fifth of the work: loops the compiler vectorises, into this
+  // thread's scratch (kept between calls: no allocation per layer and run).
+  thread_local AlignedBuffer<int32_t> rq_buf, lo16_buf, folded_buf;
+  if (rq_buf.size() < kQu8RqRows * oc) rq_buf = AlignedBuffer<int32_t>(kQu8RqRows * oc);
+  if (lo16_buf.size() < taps * oc) lo16_buf = AlignedBuffer<int32_t>(taps * oc);
+  if (folded_buf.size() < oc) folded_buf = AlignedBuffer<int32_t>(oc);
+  int32_t* rq = rq_buf.data();
+  int32_t* lo16 = lo16_buf.data();
+  int32_t* folded = folded_buf.data();
+  for (size_t o = 0; o < oc; ++o) qu8_set_requant(rq, oc, o, qu8_requant_of(out_multiplier[o], out_shift[o]));
+  // folded = bias - x_zp * sum of the taps' weights, modulo 2^32 (uint32 arithmetic).
+  auto* fold = reinterpret_cast<uint32_t*>(folded);
+  for (size_t o = 0; o < oc; ++o) fold[o] = bias != nullptr ? static_cast<uint32_t>(bias[o]) : 0u;
+  for (size_t tap = 0; tap < taps; ++tap)
+    for (size_t o = 0; o < oc; ++o) fold[o] -= static_cast<uint32_t>(x_zp * weights[tap * oc + o]);
+  // (int16 w, 0) per int32 lane: vpmaddwd against (x - x_zp) in the lane's low half multiplies the
+  // two and adds the high half times 0, whatever that half holds (ukernels.h, Qu8DepthwiseArgs).
+  for (size_t i = 0; i < taps * oc; ++i)
+    lo16[i] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(weights[i])));
+  args.input = input;
+  args.weights = weights;
+  args.weights_lo16 = lo16;
+  args.bias = bias;
+  args.bias_folded = folded;
+  args.rq = rq;
+  args.output = output;
+  args.input_zero_point = x_zp;
+  args.out = make_output(y_zp, qmin, qmax);
+  const KernelTable& tab = table_or_active(t);
+  const Qu8DepthwiseUkernel kernel = multiplier == 1 ? tab.qu8_depthwise : qu8_depthwise__scalar;
+  parallel_for(n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); },
+               Partition::Dynamic, 1);
+}
+
+namespace {
+
+void run_binary(Qu8BinaryUkernel kernel, const Qu8BinaryArgs& args, size_t rows, size_t threads) {
+  // Rows grouped so each task moves at least ~16K values.
+  const size_t rows_per_task = max_size(1, 16384 / max_size(args.c, 1));
+  parallel_for(div_up(rows, rows_per_task), threads, [&](size_t begin, size_t end) {
+    kernel(&args, begin * rows_per_task, min_size(rows, end * rows_per_task));
+  });
+}
+
+}  // namespace
+
+void qu8_add(const uint8_t* a, uint8_t a_zp, const uint8_t* b, uint8_t b_zp, uint8_t* y, uint8_t y_zp, size_t rows,
+             size_t c, Broadcast broadcast, int32_t a_mult, int32_t a_shift, int32_t b_mult, int32_t b_shift,
+             int32_t out_mult, int32_t out_shift, uint8_t qmin, uint8_t qmax, size_t threads, const KernelTable* t) {
+  require_shift(a_shift, "qu8_add");
+  require_shift(b_shift, "qu8_add");
+  require_shift(out_shift, "qu8_add");
+  require_clamp(qmin, qmax, "qu8_add");
+  const KernelTable& tab = table_or_active(t);
+  const Qu8BinaryArgs args{a, b, y, c, broadcast, a_zp, b_zp, qu8_requant_of(a_mult, a_shift),
+                           qu8_requant_of(b_mult, b_shift), qu8_requant_of(out_mult, out_shift),
+                           make_output(y_zp, qmin, qmax)};
+  run_binary(tab.qu8_add, args, rows, threads);
+}
+
+void qu8_mul(const uint8_t* a, uint8_t a_zp, const uint8_t* b, uint8_t b_zp, uint8_t* y, uint8_t y_zp, size_t rows,
+             size_t c, Broadcast broadcast, int32_t mult, int32_t shift, uint8_t qmin, uint8_t qmax, size_t threads,
+             const KernelTable* t) {
+  require_shift(shift, "qu8_mul");
+  require_clamp(qmin, qmax, "qu8_mul");
+  const KernelTable& tab = table_or_active(t);
+  const Qu8Requant none = qu8_requant_of(0, 0);
+  const Qu8BinaryArgs args{a, b, y, c, broadcast, a_zp, b_zp, none, none, qu8_requant_of(mult, shift),
+                           make_output(y_zp, qmin, qmax)};
+  run_binary(tab.qu8_mul, args, rows, threads);
+}
+
+void qu8_global_avgpool(const uint8_t* x, size_t n, size_t hw, size_t c, uint8_t x_zp, uint8_t* y, uint8_t y_zp,
+                        int32_t mult, int32_t shift, uint8_t qmin, uint8_t qmax, size_t threads,
+                        const KernelTable* t) {
+  require_shift(shift, "qu8_global_avgpool");
+  require_clamp(qmin, qmax, "qu8_global_avgpool");
+  const Qu8GlobalAvgPoolUkernel kernel = table_or_active(t).qu8_global_avgpool;
+  const Qu8Requant rq = qu8_requant_of(mult, shift);
+  const Qu8Output out = make_output(y_zp, qmin, qmax);
+  parallel_for(n, threads, [&](size_t begin, size_t end) {
+    for (size_t b = begin; b < end; ++b) kernel(x + b * hw * c, hw, c, c, y + b * c, x_zp, &rq, &out);
+  });
+}
+
+namespace {
+
+Qu8PoolArgs pool_args(const uint8_t* x, size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, uint8_t* y) {
+  Qu8PoolArgs args{};
+  args.input = x;
+  args.output = y;
+  args.n = n; args.h = h; args.w = w; args.c = c;
+  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
+  args.dil_h = g.dil_h; args.dil_w = g.dil_w;
+  args.pad_top = g.pad_top; args.pad_left = g.pad_left; args.pad_bottom = g.pad_bottom; args.pad_right = g.pad_right;
+  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  args.in_stride = c;
+  args.out_stride = c;
+  return args;
+}
+
+}  // namespace
+
+void qu8_avgpool(const uint8_t* x, size_t n, size_t h, size_t w, size_t c, uint8_t x_zp, const ConvGeometry& g,
+                 bool count_include_pad, const int32_t* mult, const int32_t* shift, uint8_t y_zp, uint8_t qmin,
+                 uint8_t qmax, uint8_t* y, size_t threads, const KernelTable* t) {
+  require_clamp(qmin, qmax, "qu8_avgpool");
+  Qu8PoolArgs args = pool_args(x, n, h, w, c, g, y);
+  const size_t entries = g.kh * g.kw + 1;
+  AlignedBuffer<int32_t> rq(kQu8RqRows * entries);
+  for (size_t e = 0; e < entries; ++e) {
+    require_shift(shift[e], "qu8_avgpool");
+    qu8_set_requant(rq.data(), entries, e, qu8_requant_of(mult[e], shift[e]));
+  }
+  args.count_include_pad = count_include_pad;
+  args.input_zero_point = x_zp;
+  args.rq = rq.data();
+  args.out = make_output(y_zp, qmin, qmax);
+  const Qu8PoolUkernel kernel = table_or_active(t).qu8_avgpool;
+  parallel_for(n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); });
+}
+
+void qu8_maxpool(const uint8_t* x, size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, uint8_t* y,
+                 size_t threads, const KernelTable* t) {
+  const Qu8PoolArgs args = pool_args(x, n, h, w, c, g, y);
+  const Qu8PoolUkernel kernel = table_or_active(t).qu8_maxpool;
+  parallel_for(n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); });
+}
+
+void qu8_requantize(const uint8_t* x, size_t count, uint8_t x_zp, uint8_t* y, uint8_t y_zp, int32_t mult,
+                    int32_t shift, uint8_t qmin, uint8_t qmax, size_t threads, const KernelTable* t) {
+  require_shift(shift, "qu8_requantize");
+  require_clamp(qmin, qmax, "qu8_requantize");
+  const Qu8RequantizeUkernel kernel = table_or_active(t).qu8_requantize;
+  const Qu8Requant rq = qu8_requant_of(mult, shift);
+  const Qu8Output out = make_output(y_zp, qmin, qmax);
+  const size_t chunk = 16384;
+  parallel_for(div_up(count, chunk), threads, [&](size_t begin, size_t end) {
+    const size_t lo = begin * chunk, hi = min_size(count, end * chunk);
+    kernel(x + lo, y + lo, hi - lo, x_zp, &rq, &out);
+  });
+}
+
+}  // namespace edgesdk::kernels

@@ -1,0 +1,116 @@
+// qu8 operators (ukernels.h, "Quantized uint8"): weight packing with the input zero point folded
+// into the bias, the convolution plan (GEMM or indirect GEMM), Gemm/MatMul with constant weights,
+// depthwise convolution, element-wise Add/Mul, pooling and requantization, threaded like their fp32
+// counterparts (operators.h). Activations are uint8 NHWC / row-major with per-tensor zero points;
+// weights int8, symmetric per output channel; each output channel (or tensor) has a requantization
+// multiplier and shift in TFLite's QuantizeMultiplier convention (requantization.h). Arguments are
+// checked here (std::invalid_argument), since the callers are the Python bindings.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/common.h"
+#include "kernels/dispatch.h"
+#include "kernels/operators.h"
+
+namespace edgesdk::kernels {
+
+// Packed GEMM / convolution weights for one level's qu8 GEMM: NR-wide panels, each
+// [ks][kcp][NR] in the level's Qu8Layout, kcp = round_up(c, KR) with zero weights past c; the
+// bias folded with the input zero point,
+//   bias'[o] = bias[o] - x_zp * sum_k w[o][k]   (+ 128 * sum_k w[o][k] on levels with qu8_xor80),
+// so padding taps, which read a vector of x_zp bytes, add x_zp * w - x_zp * w = 0; and every
+// channel's requantization constants (kQu8RqRows x NR per panel).
+struct PackedQu8Weights {
+  const KernelTable* table = nullptr;
+  size_t n = 0, k = 0;
+  size_t kh = 1, kw = 1, c = 0;  // K = kh * kw * c: a kernel position's channels are one row read
+  size_t mr = 0, nr = 0, kr = 1, kcp = 0;
+  uint8_t input_zero_point = 0;
+  Qu8Output out{0, 0, 255};
+  AlignedBuffer<uint8_t> panels;
+  AlignedBuffer<int32_t> bias;  // round_up(n, nr)
+  AlignedBuffer<int32_t> rq;    // panel_count() blocks of kQu8RqRows x nr
+
+  size_t ks() const { return kh * kw; }
+  size_t panel_count() const { return div_up(n, nr); }
+  size_t elem_size() const { return table->qu8_layout == Qu8Layout::C4Split16 ? 2 : 1; }
+  size_t panel_bytes() const { return ks() * kcp * nr * elem_size(); }
+  const void* panel(size_t p) const { return panels.data() + p * panel_bytes(); }
+  const int32_t* panel_rq(size_t p) const { return rq.data() + p * kQu8RqRows * nr; }
+  const char* kernel_name() const { return table->names.qu8_igemm; }
+};
+
+// w: N x K int8 (row o = output channel o; a convolution's OHWI weights with K = kh*kw*C), bias
+// int32 [N] or null, multiplier and shift [N] per output channel (shift in [-31, 30]). kh, kw: the
+// convolution kernel the weights are for (1 x 1 for Gemm/MatMul); K must be a multiple of kh*kw.
+PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, const int32_t* bias, uint8_t x_zp,
+                                       const int32_t* multiplier, const int32_t* shift, uint8_t y_zp, uint8_t qmin,
+                                       uint8_t qmax, const KernelTable* t = nullptr, size_t kh = 1, size_t kw = 1);
+
+// c[M][N] = requantized a[M][K] x W (a's zero point and c's are the packed weights'). Row strides
+// lda >= K, ldc >= N.
+void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w, uint8_t* c, size_t ldc,
+              size_t threads);
+
+// Convolution NHWC (groups = 1) with weights packed for kernel g.kh x g.kw: 1x1 stride-1 unpadded
+// ones run as one GEMM, the others as indirect GEMM over an indirection buffer ([pixel tile]
+// [kernel position][MR] input-row pointers, padding pointing at a vector of x_zp bytes) built on
+// the first run and rebuilt when the input pointer or pixel stride changes.
+class Qu8ConvPlan {
+ public:
+  Qu8ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedQu8Weights& weights);
+  size_t out_h() const { return oh_; }
+  size_t out_w() const { return ow_; }
+  bool is_gemm() const { return direct_gemm_; }
+  // in_stride / out_stride: bytes between consecutive pixels (0 = C / output channels).
+  void run(const uint8_t* input, uint8_t* output, size_t threads, size_t in_stride = 0, size_t out_stride = 0);
+
+ private:
+  size_t n_, h_, w_, c_, oh_, ow_;
+  ConvGeometry g_;
+  const PackedQu8Weights* weights_;
+  bool direct_gemm_;
+  std::vector<const uint8_t*> indirection_;
+  AlignedBuffer<uint8_t> padding_;  // C bytes of x_zp
+  const uint8_t* built_input_ = nullptr;
+  size_t built_stride_ = 0;
+};
+
+// Depthwise convolution NHWC: weights int8 [KH][KW][C*multiplier], bias int32 [C*multiplier] or
+// null, multiplier / shift per output channel. Kernels with a channel multiplier other than 1 run
+// the scalar kernel.
+void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
+                        const ConvGeometry& g, const int8_t* weights, const int32_t* bias, uint8_t x_zp,
+                        const int32_t* out_multiplier, const int32_t* out_shift, uint8_t y_zp, uint8_t qmin,
+                        uint8_t qmax, uint8_t* output, size_t threads, const KernelTable* t = nullptr);
+
+// Add / Mul of rows x C values (ukernels.h, Qu8BinaryArgs), b as [rows][C], [C] or [1].
+void qu8_add(const uint8_t* a, uint8_t a_zp, const uint8_t* b, uint8_t b_zp, uint8_t* y, uint8_t y_zp, size_t rows,
+             size_t c, Broadcast broadcast, int32_t a_mult, int32_t a_shift, int32_t b_mult, int32_t b_shift,
+             int32_t out_mult, int32_t out_shift, uint8_t qmin, uint8_t qmax, size_t threads,
+             const KernelTable* t = nullptr);
+void qu8_mul(const uint8_t* a, uint8_t a_zp, const uint8_t* b, uint8_t b_zp, uint8_t* y, uint8_t y_zp, size_t rows,
+             size_t c, Broadcast broadcast, int32_t mult, int32_t shift, uint8_t qmin, uint8_t qmax, size_t threads,
+             const KernelTable* t = nullptr);
+
+// Global average pooling: x [N][HW][C] -> y [N][C], acc = sum over HW of (x - x_zp) (the caller
+// folds 1/HW into the multiplier).
+void qu8_global_avgpool(const uint8_t* x, size_t n, size_t hw, size_t c, uint8_t x_zp, uint8_t* y, uint8_t y_zp,
+                        int32_t mult, int32_t shift, uint8_t qmin, uint8_t qmax, size_t threads,
+                        const KernelTable* t = nullptr);
+// Average pooling NHWC: mult / shift tables of KH*KW + 1 entries, entry `count` for a window of
+// count taps (ukernels.h, Qu8PoolArgs).
+void qu8_avgpool(const uint8_t* x, size_t n, size_t h, size_t w, size_t c, uint8_t x_zp, const ConvGeometry& g,
+                 bool count_include_pad, const int32_t* mult, const int32_t* shift, uint8_t y_zp, uint8_t qmin,
+                 uint8_t qmax, uint8_t* y, size_t threads, const KernelTable* t = nullptr);
+// Max pooling NHWC (padding never wins).
+void qu8_maxpool(const uint8_t* x, size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, uint8_t* y,
+                 size_t threads, const KernelTable* t = nullptr);
+// y = clamp(requantize(x - x_zp, mult, shift) + y_zp, qmin, qmax) over `count` values.
+void qu8_requantize(const uint8_t* x, size_t count, uint8_t x_zp, uint8_t* y, uint8_t y_zp, int32_t mult,
+                    int32_t shift, uint8_t qmin, uint8_t qmax, size_t threads, const KernelTable* t = nullptr);
+
+}  // namespace edgesdk::kernels

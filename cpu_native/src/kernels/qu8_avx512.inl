@@ -1,0 +1,296 @@
+// AVX-512 (F + BW + VL) helpers of the qu8 kernels: gemmlowp requantization of 16 int32 lanes, bit
+// for bit requantization.h's, the narrowing to uint8, and the depthwise convolution (its tap
+// instruction a parameter: vpmaddwd + vpaddd on avx512, vpdpwssd on avx512vnni). Included inside an anonymous namespace
+// by qu8_avx512skx.cc and qu8_avx512vnni.cc (each gets its own copy, compiled with its own flags);
+// not a standalone header.
+
+// A channel block's constants (ukernels.h, Qu8Requant), one lane per channel, in the form the
+// fused requantization below uses: srdhm and rdbpot become one rounding shift of the 64-bit product,
+//   rdbpot(srdhm(x, m), e) = floor((x*m + 2^30 + c * 2^31) / 2^(31 + e)),
+//   c = 0 for e = 0, else 2^(e-1), minus 1 when srdhm's result is negative (x*m < -2^30):
+// floor((floor(a / 2^31) + c) / 2^e) = floor((a + c * 2^31) / 2^(31+e)) for integer c, and rdbpot(y, e)
+// = floor((y + 2^(e-1) - [y < 0]) / 2^e) (halves away from zero) for e >= 1. The sum stays below 2^63.
+// The only product srdhm saturates, INT32_MIN * INT32_MIN, comes out right for e >= 1 (2^(31-e),
+// what INT32_MAX gives) and as INT32_MIN for e = 0 (see requantize). Even lanes use the low halves of
+// the 64-bit constants' lanes (vpmuldq reads the low 32 bits of each 64-bit lane), odd lanes the
+// *_odd ones after the value is shifted down by 32.
+struct RqVec {
+  __m512i mult, mult_odd;           // multipliers, even / odd channels in the low halves of 64-bit lanes
+  __m512i left;                     // left shifts (32-bit lanes)
+  __m512i round_even, round_odd;    // 2^30 + (e > 0 ? 2^(30+e) : 0)
+  __m512i neg_even, neg_odd;        // e > 0 ? 2^31 : 0, taken off when x*m < -2^30
+  __m512i shift_even, shift_odd;    // 31 + e
+  bool any_left;  // some lane shifts left: only then the saturating left shift runs
+  bool any_min;   // some multiplier is INT32_MIN: only then the saturation fix-up runs
+};
+
+static inline RqVec rq_make(__m512i mult, __m512i left, __m512i right) {
+  RqVec q;
+  q.mult = mult;
+  q.mult_odd = _mm512_srli_epi64(mult, 32);
+  q.left = left;
+  const __m512i e[2] = {_mm512_and_si512(right, _mm512_set1_epi64(0xFFFFFFFF)), _mm512_srli_epi64(right, 32)};
+  __m512i round[2], neg[2], shift[2];
+  const __m512i two30 = _mm512_set1_epi64(int64_t{1} << 30);
+  for (int h = 0; h < 2; ++h) {
+    const __mmask8 rounds = _mm512_test_epi64_mask(e[h], e[h]);
+    const __m512i half = _mm512_sllv_epi64(_mm512_set1_epi64(1), _mm512_add_epi64(e[h], _mm512_set1_epi64(30)));
+    round[h] = _mm512_mask_add_epi64(two30, rounds, two30, half);
+    neg[h] = _mm512_maskz_mov_epi64(rounds, _mm512_set1_epi64(int64_t{1} << 31));
+    shift[h] = _mm512_add_epi64(e[h], _mm512_set1_epi64(31));
+  }
+  q.round_even = round[0];
+  q.round_odd = round[1];
+  q.neg_even = neg[0];
+  q.neg_odd = neg[1];
+  q.shift_even = shift[0];
+  q.shift_odd = shift[1];
+  q.any_left = _mm512_test_epi32_mask(left, left) != 0;
+  q.any_min = _mm512_cmpeq_epi32_mask(mult, _mm512_set1_epi32(INT32_MIN)) != 0;
+  return q;
+}
+
+// Lanes [0, 16) of a kQu8RqRows x count table from channel j, lanes outside `m` zero.
+static inline RqVec rq_load(const int32_t* rq, size_t count, size_t j, __mmask16 m = 0xFFFF) {
+  return rq_make(_mm512_maskz_loadu_epi32(m, rq + kQu8RqMultiplier * count + j),
+                 _mm512_maskz_loadu_epi32(m, rq + kQu8RqLeft * count + j),
+                 _mm512_maskz_loadu_epi32(m, rq + kQu8RqRight * count + j));
+}
+
+static inline RqVec rq_broadcast(const Qu8Requant& r) {
+  return rq_make(_mm512_set1_epi32(r.multiplier), _mm512_set1_epi32(r.left_shift), _mm512_set1_epi32(r.right_shift));
+}
+
+// One half (even or odd lanes, as the low 32 bits of 64-bit lanes) of the fused rounding shift.
+static inline __m512i rounding_shift(__m512i product, __m512i round, __m512i neg, __m512i shift) {
+  const __mmask8 negative = _mm512_cmplt_epi64_mask(product, _mm512_set1_epi64(-(int64_t{1} << 30)));
+  __m512i v = _mm512_add_epi64(product, round);
+  v = _mm512_mask_sub_epi64(v, negative, v, neg);
+  return _mm512_srav_epi64(v, shift);
+}
+
+// requantize(x) of requantization.h, lane by lane: the saturating left shift (a lane that loses bits
+// when shifted back saturates towards its sign), then srdhm and rdbpot fused (RqVec). For e = 0 the
+// fused form yields INT32_MIN for INT32_MIN * INT32_MIN, never a correct result there, and -1 turns
+// it into srdhm's INT32_MAX.
+static inline __m512i requantize(__m512i x, const RqVec& q) {
+  if (q.any_left) {
+    const __m512i shifted = _mm512_sllv_epi32(x, q.left);
+    const __mmask16 lost = _mm512_cmpneq_epi32_mask(_mm512_srav_epi32(shifted, q.left), x);
+    const __m512i saturated = _mm512_xor_si512(_mm512_srai_epi32(x, 31), _mm512_set1_epi32(0x7FFFFFFF));
+    x = _mm512_mask_blend_epi32(lost, shifted, saturated);
+  }
+  const __m512i even = rounding_shift(_mm512_mul_epi32(x, q.mult), q.round_even, q.neg_even, q.shift_even);
+  const __m512i odd =
+      rounding_shift(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), q.mult_odd), q.round_odd, q.neg_odd, q.shift_odd);
+  // Low halves of the even results' lanes into the even lanes, of the odd ones' into the odd lanes.
+  __m512i r = _mm512_permutex2var_epi32(
+      even, _mm512_set_epi32(30, 14, 28, 12, 26, 10, 24, 8, 22, 6, 20, 4, 18, 2, 16, 0), odd);
+  if (q.any_min) {
+    const __mmask16 wrapped = _mm512_cmpeq_epi32_mask(r, _mm512_set1_epi32(INT32_MIN));
+    r = _mm512_mask_sub_epi32(r, wrapped, r, _mm512_set1_epi32(1));
+  }
+  return r;
+}
+
+// The output stage's constants: int16 zero point and clamp bounds (16-lane path), bytes (GEMM path).
+struct OutVec {
+  __m256i zp16, lo16, hi16;
+  __m512i zp16x32, lo8, hi8;
+};
+
+static inline OutVec out_vec(const Qu8Output& o) {
+  return OutVec{_mm256_set1_epi16(static_cast<int16_t>(o.zero_point)), _mm256_set1_epi16(o.qmin),
+                _mm256_set1_epi16(o.qmax), _mm512_set1_epi16(static_cast<int16_t>(o.zero_point)),
+                _mm512_set1_epi8(static_cast<char>(o.qmin)), _mm512_set1_epi8(static_cast<char>(o.qmax))};
+}
+
+// 16 requantized lanes -> 16 bytes: int16 with saturation, + zero point with saturation, uint8 with
+// saturation, clamped. Exact: a lane that saturated is out of [0, 255] by far, the same as clamp(z +
+// zp) says. In-lane packs and one dword permute rather than vpmovsdw / vpmovwb (two uops each, and
+// slow as a masked store on Zen 4).
+static inline __m128i to_u8(__m512i z, const OutVec& o) {
+  const __m512i p = _mm512_adds_epi16(_mm512_packs_epi32(z, z), o.zp16x32);
+  __m512i u = _mm512_packus_epi16(p, p);  // 128-bit lane L: channels 4L..4L+3 in its first dword
+  u = _mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), u);
+  const __m128i v = _mm512_castsi512_si128(u);
+  return _mm_min_epu8(_mm_max_epu8(v, _mm512_castsi512_si128(o.lo8)), _mm512_castsi512_si128(o.hi8));
+}
+
+// Stores the first n (<= 16) bytes of v: a plain store for whole blocks.
+static inline void store16(uint8_t* p, __m128i v, __mmask16 m) {
+  if (m == 0xFFFF) _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
+  else _mm_mask_storeu_epi8(p, m, v);
+}
+
+// Four rows of 16 requantized lanes -> the 16 bytes of each row in 128-bit lane r: the
+// in-lane packs leave channels 4L..4L+3 of rows 0..3 in lane L, one permute transposes them.
+static inline __m512i pack4_u8(__m512i z0, __m512i z1, __m512i z2, __m512i z3, const OutVec& o) {
+  const __m512i p01 = _mm512_adds_epi16(_mm512_packs_epi32(z0, z1), o.zp16x32);
+  const __m512i p23 = _mm512_adds_epi16(_mm512_packs_epi32(z2, z3), o.zp16x32);
+  __m512i u = _mm512_packus_epi16(p01, p23);
+  u = _mm512_permutexvar_epi32(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), u);
+  return _mm512_min_epu8(_mm512_max_epu8(u, o.lo8), o.hi8);
+}
+
+static inline void store_row16(uint8_t* c, __m128i v, size_t nr) {
+  if (nr >= 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(c), v);
+  else _mm_mask_storeu_epi8(c, static_cast<__mmask16>((1u << nr) - 1u), v);
+}
+
+// Requantizes and stores an M x 16 GEMM tile (rows < mr, columns < nr); rq: kQu8RqRows x 16.
+template <size_t M>
+static inline void store_tile(__m512i* acc, size_t mr, size_t nr, const int32_t* rq, uint8_t* c, size_t ldc,
+                              const Qu8Output* out) {
+  const RqVec q = rq_load(rq, 16, 0);
+#pragma GCC unroll 8
+  for (size_t i = 0; i < M; ++i) acc[i] = requantize(acc[i], q);
+  const OutVec o = out_vec(*out);
+#pragma GCC unroll 2
+  for (size_t i0 = 0; i0 < M; i0 += 4) {
+    const size_t last = M - 1;
+    const __m512i u = pack4_u8(acc[i0], acc[i0 + 1 < M ? i0 + 1 : last], acc[i0 + 2 < M ? i0 + 2 : last],
+                               acc[i0 + 3 < M ? i0 + 3 : last], o);
+    if (i0 < mr) store_row16(c + i0 * ldc, _mm512_castsi512_si128(u), nr);
+    if (i0 + 1 < mr) store_row16(c + (i0 + 1) * ldc, _mm512_extracti32x4_epi32(u, 1), nr);
+    if (i0 + 2 < mr) store_row16(c + (i0 + 2) * ldc, _mm512_extracti32x4_epi32(u, 2), nr);
+    if (i0 + 3 < mr) store_row16(c + (i0 + 3) * ldc, _mm512_extracti32x4_epi32(u, 3), nr);
+  }
+}
+
+static inline int32_t load_u32(const uint8_t* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// The last 1-3 bytes of a row in the low bytes of a 32-bit value, upper bytes zero: the bytes past
+// the row are not read (they may be past the end of the input); zero weights meet the zeros.
+static inline int32_t load_u32_tail(const uint8_t* p, size_t n) {
+  uint32_t v = p[0];
+  if (n > 1) v |= static_cast<uint32_t>(p[1]) << 8;
+  if (n > 2) v |= static_cast<uint32_t>(p[2]) << 16;
+  return static_cast<int32_t>(v);
+}
+
+static inline __mmask16 first16(size_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// The contiguous range [begin, end) of kernel taps whose input position lies in [0, extent).
+static inline void tap_range(size_t o, size_t stride, size_t kernel, size_t dil, size_t pad, size_t extent,
+                             size_t* begin, size_t* end) {
+  size_t k = 0;
+  const ptrdiff_t base = static_cast<ptrdiff_t>(o * stride) - static_cast<ptrdiff_t>(pad);
+  while (k < kernel && base + static_cast<ptrdiff_t>(k * dil) < 0) ++k;
+  *begin = k;
+  while (k < kernel && base + static_cast<ptrdiff_t>(k * dil) < static_cast<ptrdiff_t>(extent)) ++k;
+  *end = k;
+}
+
+// 16 bytes (those in m) widened to int32 lanes.
+static inline __m512i load16_u8(const uint8_t* p, __mmask16 m) { return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)); }
+
+// The columns [lo, hi) of output positions whose window lies inside [0, extent) along one axis.
+static inline void inside_range(size_t out, size_t stride, size_t kernel, size_t dil, size_t pad, size_t extent, size_t* lo,
+                  size_t* hi) {
+  const size_t span = (kernel - 1) * dil;
+  *lo = min_size(out, div_up(pad, stride));
+  *hi = extent + pad < span + 1 ? *lo : min_size(out, (extent - 1 + pad - span) / stride + 1);
+  if (*hi < *lo) *hi = *lo;
+}
+
+// One output pixel of a full 16-channel block whose window lies inside the input: from bias_folded,
+// raw bytes times the weights. KW = 3 (the common kernel width) unrolls the row and gives each
+// column its own accumulator: one chain through all KH*KW taps (vpmaddwd + vpaddd, or vpdpwssd: ~5
+// cycles each on Zen 4) outlasts the out-of-order window that would overlap neighbouring pixels.
+// KW = 0: any width, one chain.
+template <size_t KW, class Tap>
+static inline __m512i depthwise_inside(const Qu8DepthwiseArgs* a, const uint8_t* p, const int32_t* wc, __m512i bias) {
+  const size_t C = a->c;
+  const size_t row_step = a->dil_h * a->w * a->in_stride, col_step = a->dil_w * a->in_stride;
+  auto x_at = [&](const uint8_t* q) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))); };
+  if constexpr (KW == 3) {
+    __m512i acc0 = bias, acc1 = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
+    for (size_t ky = 0; ky < a->kh; ++ky, p += row_step, wc += 3 * C) {
+      acc0 = Tap::tap(acc0, x_at(p), _mm512_loadu_si512(wc));
+      acc1 = Tap::tap(acc1, x_at(p + col_step), _mm512_loadu_si512(wc + C));
+      acc2 = Tap::tap(acc2, x_at(p + 2 * col_step), _mm512_loadu_si512(wc + 2 * C));
+    }
+    return _mm512_add_epi32(acc0, _mm512_add_epi32(acc1, acc2));
+  } else {
+    __m512i acc = bias;
+    for (size_t ky = 0; ky < a->kh; ++ky, p += row_step, wc += a->kw * C)
+      for (size_t kx = 0; kx < a->kw; ++kx) acc = Tap::tap(acc, x_at(p + kx * col_step), _mm512_loadu_si512(wc + kx * C));
+    return acc;
+  }
+}
+
+// Depthwise, 16 channels per block (int32 lanes): per tap, the input bytes widened to int32 lanes and
+// Tap::tap(acc, x, w) = acc + vpmaddwd(x, w) (vpdpwssd on VNNI) with weights_lo16, (int16 w, 0) per
+// lane: the low halves multiply, the lane's high half meets 0. A
+// pixel whose window lies inside the input starts from bias_folded and multiplies the raw bytes; a
+// border pixel starts from the bias, skips the padding taps and subtracts the zero point from the
+// others (ukernels.h, Qu8DepthwiseArgs). Channel blocks are the outer loop of a row, so a block's
+// requantization constants are set up once per row. Multiplier 1 only (the operator runs the scalar
+// kernel otherwise).
+template <size_t KW, class Tap>
+static void depthwise_16c(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
+  const size_t C = a->c, kw = a->kw;
+  const __m512i zp = _mm512_set1_epi32(a->input_zero_point);
+  const OutVec o = out_vec(a->out);
+  size_t ox_lo, ox_hi;
+  inside_range(a->ow, a->stride_w, kw, a->dil_w, a->pad_left, a->w, &ox_lo, &ox_hi);
+  for (size_t row = row_begin; row < row_end; ++row) {
+    const size_t b = row / a->oh, oy = row % a->oh;
+    size_t ky0, ky1;
+    tap_range(oy, a->stride_h, a->kh, a->dil_h, a->pad_top, a->h, &ky0, &ky1);
+    const bool rows_inside = ky0 == 0 && ky1 == a->kh;
+    const uint8_t* image = a->input + b * a->h * a->w * a->in_stride;
+    uint8_t* y = a->output + (b * a->oh + oy) * a->ow * a->out_stride;
+    for (size_t c0 = 0; c0 < C; c0 += 16) {
+      const __mmask16 m = first16(C - c0);
+      const RqVec q = rq_load(a->rq, C, c0, m);
+      const __m512i bias = a->bias != nullptr ? _mm512_maskz_loadu_epi32(m, a->bias + c0) : _mm512_setzero_si512();
+      const __m512i folded = _mm512_maskz_loadu_epi32(m, a->bias_folded + c0);
+      const int32_t* wc = a->weights_lo16 + c0;
+      // The window's top-left tap of output column ox: at ox * stride_w - pad_left (inside columns only).
+      const uint8_t* top = image + (oy * a->stride_h - (rows_inside ? a->pad_top : 0)) * a->w * a->in_stride + c0;
+      for (size_t ox = 0; ox < a->ow; ++ox) {
+        __m512i acc;
+        if (rows_inside && m == 0xFFFF && ox >= ox_lo && ox < ox_hi) {
+          acc = depthwise_inside<KW, Tap>(a, top + (ox * a->stride_w - a->pad_left) * a->in_stride, wc, folded);
+        } else {
+          size_t kx0, kx1;
+          tap_range(ox, a->stride_w, kw, a->dil_w, a->pad_left, a->w, &kx0, &kx1);
+          const bool inside = rows_inside && kx0 == 0 && kx1 == kw;
+          acc = inside ? folded : bias;
+          for (size_t ky = ky0; ky < ky1; ++ky) {
+            const size_t iy = oy * a->stride_h + ky * a->dil_h - a->pad_top;
+            for (size_t kx = kx0; kx < kx1; ++kx) {
+              const size_t ix = ox * a->stride_w + kx * a->dil_w - a->pad_left;
+              __m512i x = load16_u8(image + (iy * a->w + ix) * a->in_stride + c0, m);
+              if (!inside) x = _mm512_sub_epi32(x, zp);
+              acc = Tap::tap(acc, x, _mm512_maskz_loadu_epi32(m, wc + (ky * kw + kx) * C));
+            }
+          }
+        }
+        store16(y + ox * a->out_stride + c0, to_u8(requantize(acc, q), o), m);
+      }
+    }
+  }
+}
+
+// Calls body.template operator()<M>() with M = mr (1..8): each row count gets a kernel that
+// computes only its rows (GEMV, and the last tile of a pixel range).
+#define EDGESDK_QU8_DISPATCH_MR(mr, CALL) \
+  switch (mr) {                           \
+    case 1: CALL(1); break;               \
+    case 2: CALL(2); break;               \
+    case 3: CALL(3); break;               \
+    case 4: CALL(4); break;               \
+    case 5: CALL(5); break;               \
+    case 6: CALL(6); break;               \
+    case 7: CALL(7); break;               \
+    default: CALL(8); break;              \
+  }

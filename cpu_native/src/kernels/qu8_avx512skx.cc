@@ -1,0 +1,242 @@
+// AVX-512 (F + BW + DQ + VL, Skylake-X) qu8 kernels of the avx512 level: the GEMM without VNNI, so
+// it runs where Bochs' corei7_skylake_x checks it (tools/avx512_under_bochs.py), depthwise
+// convolution, pooling, Add / Mul and requantization. Compiled with -mavx512f -mavx512bw
+// -mavx512vl -mavx512dq; selected at run time only.
+//
+// Products are formed exactly in 16 bits: vpmaddwd multiplies int16 pairs and adds the two
+// products into an int32 lane. Not vpmaddubsw (u8 x s8 pairs summed into int16 with saturation):
+// two products of 255 * -128 sum to -65280, far outside int16, so it would saturate on ordinary
+// data (XNNPACK uses it only with weights restricted to 7 bits).
+// GCC 12 flags its own _mm512_undefined_* helpers as (maybe-)uninitialized when inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include "kernels/requantization.h"
+#include "kernels/ukernels.h"
+
+namespace edgesdk::kernels {
+namespace {
+
+#include "kernels/qu8_avx512.inl"
+
+constexpr size_t MR = kAvx512Qu8MR;  // 8
+static_assert(kAvx512Qu8NR == 16, "one zmm of int32 per row");
+
+// GEMM, packed Qu8Layout::C4Split16: per 4 k, 16 lanes (w[k0], w[k2]) then 16 lanes (w[k1], w[k3]),
+// int16 pairs. The broadcast 32-bit activation word x0 | x1 << 8 | x2 << 16 | x3 << 24 becomes the
+// int16 pairs (x0, x2) with a mask and (x1, x3) with a 16-bit shift by 8: no shuffle. Per row and
+// 4 k: 2 vpmaddwd + 2 vpaddd (+ the and / shift) for 64 multiply-adds.
+// acc += the 4 k of activation word x against one step's (wa, wb).
+static inline __m512i step(__m512i acc, int32_t x32, __m512i wa, __m512i wb) {
+  const __m512i x = _mm512_set1_epi32(x32);
+  const __m512i x02 = _mm512_and_si512(x, _mm512_set1_epi32(0x00FF00FF)), x13 = _mm512_srli_epi16(x, 8);
+  acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x02, wa));
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(x13, wb));
+}
+
+template <size_t M>
+void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int16_t* w, const int32_t* bias,
+           const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  __m512i acc[M];
+  const __m512i b = _mm512_loadu_si512(bias);
+#pragma GCC unroll 8
+  for (size_t i = 0; i < M; ++i) acc[i] = b;
+  const size_t kb = kc & ~size_t{3}, tail = kc & 3;
+  for (size_t s = 0; s < ks; ++s) {
+    const uint8_t* r[M];
+#pragma GCC unroll 8
+    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
+    for (size_t k = 0; k < kb; k += 4) {
+      const __m512i wa = _mm512_load_si512(w), wb = _mm512_load_si512(w + 32);
+      w += 64;
+#pragma GCC unroll 8
+      for (size_t i = 0; i < M; ++i) acc[i] = step(acc[i], load_u32(r[i] + k), wa, wb);
+    }
+    if (tail != 0) {
+      const __m512i wa = _mm512_load_si512(w), wb = _mm512_load_si512(w + 32);
+      w += 64;
+#pragma GCC unroll 8
+      for (size_t i = 0; i < M; ++i) acc[i] = step(acc[i], load_u32_tail(r[i] + kb, tail), wa, wb);
+    }
+  }
+  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
+}
+
+__mmask64 first64(size_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
+
+// Taps k < kernel inside the padded input (position o*stride + k*dil - pad0 < extent + pad1): the
+// scalar kernel's count_include_pad divisor.
+size_t padded_taps(size_t o, size_t stride, size_t kernel, size_t dil, size_t pad0, size_t extent, size_t pad1) {
+  size_t count = 0;
+  for (size_t k = 0; k < kernel; ++k) count += o * stride + k * dil < extent + pad0 + pad1;
+  return count;
+}
+
+// int32 a + b saturated to int32 (Add's sa + sb: requantize clamps the exact sum the same way).
+__m512i add_saturate(__m512i a, __m512i b) {
+  const __m512i sum = _mm512_add_epi32(a, b);
+  const __mmask16 overflow =
+      _mm512_movepi32_mask(_mm512_and_si512(_mm512_xor_si512(a, sum), _mm512_xor_si512(b, sum)));
+  const __m512i saturated = _mm512_xor_si512(_mm512_srai_epi32(a, 31), _mm512_set1_epi32(0x7FFFFFFF));
+  return _mm512_mask_mov_epi32(sum, overflow, saturated);
+}
+
+// acc += vpmaddwd(x, w): the AVX-512BW depthwise tap (qu8_avx512.inl).
+struct MaddAdd {
+  static __m512i tap(__m512i acc, __m512i x, __m512i w) { return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w)); }
+};
+
+}  // namespace
+
+void qu8_igemm_8x16c4__avx512skx(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
+                                 const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  const int16_t* w16 = static_cast<const int16_t*>(w);
+#define EDGESDK_CALL(M) igemm<M>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out)
+  EDGESDK_QU8_DISPATCH_MR(mr, EDGESDK_CALL)
+#undef EDGESDK_CALL
+}
+
+void qu8_depthwise_16c__avx512skx(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
+  if (a->kw == 3) depthwise_16c<3, MaddAdd>(a, row_begin, row_end);
+  else depthwise_16c<0, MaddAdd>(a, row_begin, row_end);
+}
+
+void qu8_maxpool_64c__avx512skx(const Qu8PoolArgs* a, size_t row_begin, size_t row_end) {
+  for (size_t row = row_begin; row < row_end; ++row) {
+    const size_t b = row / a->oh, oy = row % a->oh;
+    size_t ky0, ky1;
+    tap_range(oy, a->stride_h, a->kh, a->dil_h, a->pad_top, a->h, &ky0, &ky1);
+    for (size_t ox = 0; ox < a->ow; ++ox) {
+      size_t kx0, kx1;
+      tap_range(ox, a->stride_w, a->kw, a->dil_w, a->pad_left, a->w, &kx0, &kx1);
+      uint8_t* y = a->output + ((b * a->oh + oy) * a->ow + ox) * a->out_stride;
+      for (size_t c0 = 0; c0 < a->c; c0 += 64) {
+        const __mmask64 m = first64(a->c - c0);
+        __m512i best = _mm512_setzero_si512();  // a window with no input tap gives 0, as the scalar kernel
+        for (size_t ky = ky0; ky < ky1; ++ky) {
+          const size_t iy = oy * a->stride_h + ky * a->dil_h - a->pad_top;
+          for (size_t kx = kx0; kx < kx1; ++kx) {
+            const size_t ix = ox * a->stride_w + kx * a->dil_w - a->pad_left;
+            best = _mm512_max_epu8(best, _mm512_maskz_loadu_epi8(m, a->input + ((b * a->h + iy) * a->w + ix) * a->in_stride + c0));
+          }
+        }
+        _mm512_mask_storeu_epi8(y + c0, m, best);
+      }
+    }
+  }
+}
+
+void qu8_avgpool_16c__avx512skx(const Qu8PoolArgs* a, size_t row_begin, size_t row_end) {
+  const size_t entries = a->kh * a->kw + 1;
+  const OutVec o = out_vec(a->out);
+  size_t q_count = entries;  // none yet
+  RqVec q{};
+  for (size_t row = row_begin; row < row_end; ++row) {
+    const size_t b = row / a->oh, oy = row % a->oh;
+    size_t ky0, ky1;
+    tap_range(oy, a->stride_h, a->kh, a->dil_h, a->pad_top, a->h, &ky0, &ky1);
+    const size_t py = padded_taps(oy, a->stride_h, a->kh, a->dil_h, a->pad_top, a->h, a->pad_bottom);
+    for (size_t ox = 0; ox < a->ow; ++ox) {
+      size_t kx0, kx1;
+      tap_range(ox, a->stride_w, a->kw, a->dil_w, a->pad_left, a->w, &kx0, &kx1);
+      const size_t px = padded_taps(ox, a->stride_w, a->kw, a->dil_w, a->pad_left, a->w, a->pad_right);
+      const size_t inside = (ky1 - ky0) * (kx1 - kx0);
+      const size_t count = a->count_include_pad ? py * px : inside;
+      if (count != q_count) {  // the constants change with the divisor only (at borders)
+        q = rq_broadcast(qu8_requant_at(a->rq, entries, count));
+        q_count = count;
+      }
+      const __m512i zp_sum = _mm512_set1_epi32(static_cast<int32_t>(inside) * a->input_zero_point);
+      uint8_t* y = a->output + ((b * a->oh + oy) * a->ow + ox) * a->out_stride;
+      for (size_t c0 = 0; c0 < a->c; c0 += 16) {
+        const __mmask16 m = first16(a->c - c0);
+        __m512i acc = _mm512_setzero_si512();
+        for (size_t ky = ky0; ky < ky1; ++ky) {
+          const size_t iy = oy * a->stride_h + ky * a->dil_h - a->pad_top;
+          for (size_t kx = kx0; kx < kx1; ++kx) {
+            const size_t ix = ox * a->stride_w + kx * a->dil_w - a->pad_left;
+            acc = _mm512_add_epi32(acc, load16_u8(a->input + ((b * a->h + iy) * a->w + ix) * a->in_stride + c0, m));
+          }
+        }
+        store16(y + c0, to_u8(requantize(_mm512_sub_epi32(acc, zp_sum), q), o), m);
+      }
+    }
+  }
+}
+
+void qu8_global_avgpool_64c__avx512skx(const uint8_t* x, size_t pixels, size_t c, size_t in_stride, uint8_t* y,
+                                       int32_t input_zero_point, const Qu8Requant* rq, const Qu8Output* out) {
+  const RqVec q = rq_broadcast(*rq);
+  const OutVec o = out_vec(*out);
+  const __m512i zp_sum = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(pixels) *
+                                                                static_cast<uint32_t>(input_zero_point)));
+  for (size_t c0 = 0; c0 < c; c0 += 64) {
+    const size_t cn = c - c0 < 64 ? c - c0 : 64;
+    const __mmask64 m = first64(cn);
+    __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    for (size_t p = 0; p < pixels; ++p) {
+      const __m512i v = _mm512_maskz_loadu_epi8(m, x + p * in_stride + c0);
+      acc[0] = _mm512_add_epi32(acc[0], _mm512_cvtepu8_epi32(_mm512_castsi512_si128(v)));
+      acc[1] = _mm512_add_epi32(acc[1], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, 1)));
+      acc[2] = _mm512_add_epi32(acc[2], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, 2)));
+      acc[3] = _mm512_add_epi32(acc[3], _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, 3)));
+    }
+    for (size_t j = 0; j < 4 && 16 * j < cn; ++j)
+      store16(y + c0 + 16 * j, to_u8(requantize(_mm512_sub_epi32(acc[j], zp_sum), q), o), first16(cn - 16 * j));
+  }
+}
+
+void qu8_add_16x__avx512skx(const Qu8BinaryArgs* a, size_t row_begin, size_t row_end) {
+  const RqVec qa = rq_broadcast(a->a_rq), qb = rq_broadcast(a->b_rq), qo = rq_broadcast(a->out_rq);
+  const OutVec o = out_vec(a->out);
+  const __m512i azp = _mm512_set1_epi32(a->a_zero_point), bzp = _mm512_set1_epi32(a->b_zero_point);
+  const __m512i b_scalar = _mm512_set1_epi32(a->b[0]);
+  for (size_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* ar = a->a + r * a->c;
+    const uint8_t* br = a->broadcast == Broadcast::None ? a->b + r * a->c : a->b;
+    uint8_t* yr = a->y + r * a->c;
+    for (size_t i = 0; i < a->c; i += 16) {
+      const __mmask16 m = first16(a->c - i);
+      const __m512i xb = a->broadcast == Broadcast::Scalar ? b_scalar : load16_u8(br + i, m);
+      const __m512i sa = requantize(_mm512_slli_epi32(_mm512_sub_epi32(load16_u8(ar + i, m), azp), kQu8AddLeftShift), qa);
+      const __m512i sb = requantize(_mm512_slli_epi32(_mm512_sub_epi32(xb, bzp), kQu8AddLeftShift), qb);
+      store16(yr + i, to_u8(requantize(add_saturate(sa, sb), qo), o), m);
+    }
+  }
+}
+
+// (a - a_zp) * (b - b_zp): both fit int16, so vpmaddwd of the first with the second's low half
+// (high half cleared) is the exact product.
+void qu8_mul_16x__avx512skx(const Qu8BinaryArgs* a, size_t row_begin, size_t row_end) {
+  const RqVec qo = rq_broadcast(a->out_rq);
+  const OutVec o = out_vec(a->out);
+  const __m512i azp = _mm512_set1_epi32(a->a_zero_point), bzp = _mm512_set1_epi32(a->b_zero_point);
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i b_scalar = _mm512_set1_epi32(a->b[0]);
+  for (size_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* ar = a->a + r * a->c;
+    const uint8_t* br = a->broadcast == Broadcast::None ? a->b + r * a->c : a->b;
+    uint8_t* yr = a->y + r * a->c;
+    for (size_t i = 0; i < a->c; i += 16) {
+      const __mmask16 m = first16(a->c - i);
+      const __m512i xb = a->broadcast == Broadcast::Scalar ? b_scalar : load16_u8(br + i, m);
+      const __m512i da = _mm512_sub_epi32(load16_u8(ar + i, m), azp);
+      const __m512i db = _mm512_and_si512(_mm512_sub_epi32(xb, bzp), low16);
+      store16(yr + i, to_u8(requantize(_mm512_madd_epi16(da, db), qo), o), m);
+    }
+  }
+}
+
+void qu8_requantize_16x__avx512skx(const uint8_t* x, uint8_t* y, size_t n, int32_t input_zero_point,
+                                   const Qu8Requant* rq, const Qu8Output* out) {
+  const RqVec q = rq_broadcast(*rq);
+  const OutVec o = out_vec(*out);
+  const __m512i zp = _mm512_set1_epi32(input_zero_point);
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first16(n - i);
+    store16(y + i, to_u8(requantize(_mm512_sub_epi32(load16_u8(x + i, m), zp), q), o), m);
+  }
+}
+
+}  // namespace edgesdk::kernels

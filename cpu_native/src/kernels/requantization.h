@@ -1,0 +1,87 @@
+// gemmlowp requantization, the scalar definition every qu8 kernel reproduces bit for bit
+// (ukernels.h, "Quantized uint8"). TFLite's QuantizeMultiplier convention: real scale =
+// multiplier * 2^(shift - 31), multiplier in [2^30, 2^31) or 0, shift in [-31, 30], positive shift
+// = left shift; the formulas below are defined (and the kernels agree) for any int32 multiplier.
+// Everything here is `static inline` (common.h's ODR rule): SIMD files use it for their tails.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ukernels.h"
+
+namespace edgesdk::kernels {
+
+constexpr int32_t kInt32Min = INT32_MIN, kInt32Max = INT32_MAX;
+
+// gemmlowp SaturatingRoundingDoublingHighMul: round(a * b / 2^31), halves towards +infinity
+// (the nudge 1 - 2^30 for negative products and C++'s truncating division together make
+// floor((a*b + 2^30) / 2^31): what x86's 64-bit products plus 2^30, shifted right by 31, and
+// NEON's SQRDMULH compute). Only INT32_MIN * INT32_MIN overflows; it saturates.
+static inline int32_t qu8_srdhm(int32_t a, int32_t b) {
+  if (a == kInt32Min && b == kInt32Min) return kInt32Max;
+  const int64_t ab = static_cast<int64_t>(a) * b;
+  const int64_t nudge = ab >= 0 ? (int64_t{1} << 30) : (1 - (int64_t{1} << 30));
+  return static_cast<int32_t>((ab + nudge) / (int64_t{1} << 31));
+}
+
+// gemmlowp RoundingDivideByPOT: x / 2^e rounded to nearest, halves away from zero; 0 <= e <= 31.
+static inline int32_t qu8_rdbpot(int32_t x, int e) {
+  const int32_t mask = static_cast<int32_t>((int64_t{1} << e) - 1);
+  const int32_t rem = x & mask;
+  const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+  return (x >> e) + (rem > threshold ? 1 : 0);
+}
+
+// acc * multiplier * 2^(shift - 31): the left part of the shift saturates to int32 first.
+static inline int32_t qu8_requantize(int32_t acc, int32_t multiplier, int32_t shift) {
+  const int left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+  const int64_t shifted = static_cast<int64_t>(acc) * (int64_t{1} << left);  // << without signed-shift UB
+  const int32_t x = static_cast<int32_t>(shifted < kInt32Min ? kInt32Min : shifted > kInt32Max ? kInt32Max : shifted);
+  return qu8_rdbpot(qu8_srdhm(x, multiplier), right);
+}
+
+// The output byte of a requantized value: + zero point (exactly, in 64 bits), clamped to [qmin, qmax].
+static inline uint8_t qu8_clamp_output(int32_t requantized, const Qu8Output& out) {
+  const int64_t v = static_cast<int64_t>(requantized) + out.zero_point;
+  return static_cast<uint8_t>(v < out.qmin ? out.qmin : v > out.qmax ? out.qmax : v);
+}
+
+// The precomputed form the kernels use (ukernels.h, Qu8Requant).
+static inline Qu8Requant qu8_requant_of(int32_t multiplier, int32_t shift) {
+  Qu8Requant r;
+  r.multiplier = multiplier;
+  r.left_shift = shift > 0 ? shift : 0;
+  r.right_shift = shift > 0 ? 0 : -shift;
+  r.rounding_mask = static_cast<int32_t>((int64_t{1} << r.right_shift) - 1);
+  r.rounding_threshold = r.rounding_mask >> 1;
+  return r;
+}
+
+// qu8_requantize from the precomputed form (the same arithmetic; scalar tails of SIMD kernels).
+static inline int32_t qu8_requantize(int32_t acc, const Qu8Requant& r) {
+  const int64_t shifted = static_cast<int64_t>(acc) * (int64_t{1} << r.left_shift);
+  const int32_t x = static_cast<int32_t>(shifted < kInt32Min ? kInt32Min : shifted > kInt32Max ? kInt32Max : shifted);
+  return qu8_rdbpot(qu8_srdhm(x, r.multiplier), r.right_shift);
+}
+
+// Channel j of a kQu8RqRows x count table.
+static inline Qu8Requant qu8_requant_at(const int32_t* rq, size_t count, size_t j) {
+  return Qu8Requant{rq[kQu8RqMultiplier * count + j], rq[kQu8RqLeft * count + j], rq[kQu8RqRight * count + j],
+                    rq[kQu8RqMask * count + j], rq[kQu8RqThreshold * count + j]};
+}
+
+// Writes channel j of a kQu8RqRows x count table.
+static inline void qu8_set_requant(int32_t* rq, size_t count, size_t j, const Qu8Requant& r) {
+  rq[kQu8RqMultiplier * count + j] = r.multiplier;
+  rq[kQu8RqLeft * count + j] = r.left_shift;
+  rq[kQu8RqRight * count + j] = r.right_shift;
+  rq[kQu8RqMask * count + j] = r.rounding_mask;
+  rq[kQu8RqThreshold * count + j] = r.rounding_threshold;
+}
+
+// int32 addition modulo 2^32 (the accumulators' arithmetic; signed overflow would be UB).
+static inline int32_t qu8_wrap_add(int32_t a, int32_t b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+}
+
+}  // namespace edgesdk::kernels

@@ -1,0 +1,444 @@
+"""The int8 (qu8) kernels of edgesdk._native.kernels (cpu_native/src/kernels/operators_qu8.h): uint8
+activations with per-tensor zero points, int8 weights symmetric per output channel, int32 bias and
+accumulation, and gemmlowp requantization (TFLite's QuantizeMultiplier convention) fused into every
+kernel. Each binding is compared bit for bit with an independent numpy implementation of the formulas
+(int64 arithmetic) on random and adversarial cases, at every kernel level this CPU runs (isa=), and
+its argument checks raise typed errors. The same kernels are checked lane by lane per level (NEON
+under qemu, AVX-512BW under Bochs, AVX512_VNNI natively where the CPU has it) by the C++ driver's qu8
+families (tests/test_native_kernels.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ext = pytest.importorskip("edgesdk._native")
+K = ext.kernels
+ISAS = K.supported_isas()
+I32_MIN, I32_MAX = -(2 ** 31), 2 ** 31 - 1
+EXTREME_MULTS = [0, 1, -1, I32_MIN, I32_MAX, 1 << 30, (1 << 30) + 1, 1518500250, -1518500250]
+EXTREME_SHIFTS = [-31, -30, -17, -1, 0, 1, 7, 30]
+
+
+# ---- the reference: the int8 spec's formulas in int64 numpy ---------------------------------------
+
+def srdhm(a, b):
+    """gemmlowp SaturatingRoundingDoublingHighMul, C++ semantics (division truncates toward 0)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    ab = a * b  # |ab| <= 2^62
+    q = ab + np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    res = np.where(q >= 0, q // (1 << 31), -((-q) // (1 << 31)))
+    return np.where((a == I32_MIN) & (b == I32_MIN), I32_MAX, res)
+
+
+def rdbpot(x, e):
+    """gemmlowp RoundingDivideByPOT, 0 <= e <= 31."""
+    x, e = np.asarray(x, np.int64), np.asarray(e, np.int64)
+    mask = (np.int64(1) << e) - 1
+    rem = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> e) + (rem > threshold)
+
+
+def requantize(acc, mult, shift):
+    acc, mult, shift = np.asarray(acc, np.int64), np.asarray(mult, np.int64), np.asarray(shift, np.int64)
+    left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    x = np.clip(acc * (np.int64(1) << left), I32_MIN, I32_MAX)  # acc may be an exact int64 sum (Add)
+    return rdbpot(srdhm(x, mult), right)
+
+
+def output(acc, mult, shift, zp, qmin=0, qmax=255):
+    return np.clip(requantize(acc, mult, shift) + zp, qmin, qmax).astype(np.uint8)
+
+
+def wrap32(v):
+    """int64 -> int32 modulo 2^32 (the kernels' accumulators wrap)."""
+    return (np.asarray(v, np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+
+def test_reference_formulas():
+    """The numpy reference itself on hand-checked values."""
+    assert srdhm(I32_MIN, I32_MIN) == I32_MAX
+    assert srdhm(1 << 30, 1 << 30) == 1 << 29
+    assert srdhm(-3, 1 << 30) == -1  # -1.5 -> -1: halves go up
+    assert srdhm(3, 1 << 30) == 2
+    assert rdbpot(5, 1) == 3 and rdbpot(-5, 1) == -3 and rdbpot(-4, 1) == -2 and rdbpot(7, 0) == 7
+    assert rdbpot(I32_MIN, 31) == -1 and rdbpot(I32_MAX, 31) == 1
+    assert requantize(I32_MAX, I32_MAX, 30) == I32_MAX - 1  # saturated to I32_MAX, times (1 - 2^-31)
+    assert requantize(-3, 1 << 30, 30) == -(1 << 30)  # -3 * 2^30 saturates to I32_MIN, halved
+    assert requantize(100, 1 << 30, -2) == 13  # 100 * 0.5 / 4 = 12.5 -> 13
+
+
+# ---- case generators ------------------------------------------------------------------------------
+
+def rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def u8(r, shape):
+    return r.integers(0, 256, size=shape, dtype=np.uint8)
+
+
+def i8(r, shape):
+    return r.integers(-128, 128, size=shape, dtype=np.int8)
+
+
+def channel_scales(r, n: int, magnitude: float, extreme_every: int = 6):
+    """Per-channel (multiplier, shift) mapping sums of about `magnitude` to ~ +-60, every
+    `extreme_every`-th channel an extreme one."""
+    mult = r.integers(1 << 30, 1 << 31, size=n, dtype=np.int64).astype(np.int32)
+    base = int(np.clip(np.round(np.log2(64 / max(magnitude, 1.0))), -31, 30))
+    shift = np.clip(base + r.integers(-1, 2, size=n), -31, 30).astype(np.int32)
+    for j in range(extreme_every - 1, n, extreme_every):
+        mult[j] = EXTREME_MULTS[r.integers(len(EXTREME_MULTS))]
+        shift[j] = EXTREME_SHIFTS[r.integers(len(EXTREME_SHIFTS))]
+    return mult, shift
+
+
+def out_size(i, k, s, d, p0, p1):
+    return (i + p0 + p1 - d * (k - 1) - 1) // s + 1
+
+
+def windows(xp, kh, kw, s, d, oh, ow):
+    """[(ky, kx, view (N, OH, OW, C))] of a padded NHWC array."""
+    return [(ky, kx, xp[:, ky * d[0]:ky * d[0] + s[0] * (oh - 1) + 1:s[0], kx * d[1]:kx * d[1] + s[1] * (ow - 1) + 1:s[1]])
+            for ky in range(kh) for kx in range(kw)]
+
+
+def ref_conv(x, w, bias, x_zp, mult, shift, y_zp, qmin, qmax, stride, dilation, pads):
+    n, h, wd, c = x.shape
+    o, kh, kw, _ = w.shape
+    oh = out_size(h, kh, stride[0], dilation[0], pads[0], pads[2])
+    ow = out_size(wd, kw, stride[1], dilation[1], pads[1], pads[3])
+    xp = np.pad(x.astype(np.int64) - x_zp, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3]), (0, 0)))  # pads add 0
+    acc = np.zeros((n, oh, ow, o), np.int64) + (0 if bias is None else bias.astype(np.int64))
+    for ky, kx, v in windows(xp, kh, kw, stride, dilation, oh, ow):
+        acc += v @ w[:, ky, kx, :].astype(np.int64).T
+    return output(wrap32(acc), mult, shift, y_zp, qmin, qmax)
+
+
+# ---- GEMM and convolution -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_gemm_matches_numpy(isa):
+    r = rng(1)
+    for case, (m, n, k) in enumerate([(1, 1, 1), (3, 5, 7), (8, 16, 16), (9, 17, 33), (17, 40, 100), (33, 3, 300),
+                                      (5, 33, 4), (64, 96, 24), (2, 15, 5)]):
+        x_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [128, 0, 255, 9][case % 4]
+        qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][case % 4]
+        a, w = u8(r, (m, k)), i8(r, (n, k))
+        bias = None if case % 3 == 1 else r.integers(-10000, 10001, size=n, dtype=np.int32)
+        mult, shift = channel_scales(r, n, np.sqrt(k) * 74 * 74)
+        packed = K.pack_qu8_conv(w, bias, x_zp, mult, shift, y_zp, qmin, qmax, isa=isa)
+        assert (packed.n, packed.k, packed.kernel, packed.isa) == (n, k, (1, 1), isa)
+        y = np.empty((m, n), np.uint8)
+        K.qu8_gemm(a, packed, y, threads=1 + case % 2)
+        acc = (a.astype(np.int64) - x_zp) @ w.astype(np.int64).T + (0 if bias is None else bias)
+        np.testing.assert_array_equal(y, output(wrap32(acc), mult, shift, y_zp, qmin, qmax), err_msg=f"{isa} {m}x{n}x{k}")
+
+
+CONV_CASES = [  # (N, H, W, C, O, kernel, stride, dilation, pads)
+    (1, 5, 7, 3, 5, (1, 1), (1, 1), (1, 1), [0, 0, 0, 0]),      # the GEMM path
+    (2, 6, 5, 17, 33, (1, 1), (2, 2), (1, 1), [0, 0, 0, 0]),    # 1x1 stride 2: indirect
+    (1, 7, 9, 5, 17, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),     # C not a multiple of 4
+    (2, 9, 8, 3, 16, (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),     # RGB stem
+    (1, 11, 10, 1, 1, (5, 5), (1, 1), (2, 2), [4, 4, 4, 4]),    # dilation 2
+    (1, 6, 7, 17, 5, (3, 2), (1, 1), (1, 1), [0, 1, 2, 0]),     # asymmetric kernel and padding
+    (1, 4, 4, 64, 40, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    (1, 3, 3, 8, 19, (3, 3), (1, 2), (1, 1), [2, 2, 2, 2]),     # windows entirely in the padding
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_conv_matches_numpy(isa):
+    r = rng(2)
+    for case, (n, h, wd, c, o, kernel, stride, dil, pads) in enumerate(CONV_CASES):
+        x_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [128, 0, 255, 9][case % 4]
+        qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][case % 4]
+        x, w = u8(r, (n, h, wd, c)), i8(r, (o, *kernel, c))
+        bias = None if case % 3 == 2 else r.integers(-100000, 100001, size=o, dtype=np.int32)
+        mult, shift = channel_scales(r, o, np.sqrt(w[0].size) * 74 * 74)
+        packed = K.pack_qu8_conv(w, bias, x_zp, mult, shift, y_zp, qmin, qmax, isa=isa)
+        assert packed.kernel == kernel and packed.k == w[0].size
+        plan = K.Qu8ConvPlan(packed, [n, h, wd, c], kernel, stride, dil, pads)
+        assert plan.is_gemm == (kernel == (1, 1) and stride == (1, 1) and not any(pads))
+        want = ref_conv(x, w, bias, x_zp, mult, shift, y_zp, qmin, qmax, stride, dil, pads)
+        assert list(want.shape) == plan.output_shape
+        y = np.empty(plan.output_shape, np.uint8)
+        plan.run(x, y, threads=1 + case % 2)
+        np.testing.assert_array_equal(y, want, err_msg=f"{isa} case {case}")
+        x2 = (255 - x).copy()  # a new input buffer: the indirection must follow it
+        plan.run(x2, y, threads=2)
+        np.testing.assert_array_equal(y, ref_conv(x2, w, bias, x_zp, mult, shift, y_zp, qmin, qmax, stride, dil, pads))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_requantization_edges_through_the_gemm(isa):
+    """acc = bias + (x - x_zp) * 1: biases put the accumulator at INT32_MIN / MAX, their neighbours
+    and the exact halves of srdhm and rdbpot, for every shift, with multipliers near 0.5 and 1 and the
+    extreme ones; the output zero point 128 keeps small results visible."""
+    r = rng(3)
+    bias, mult, shift = [], [], []
+    for s in range(-31, 31):
+        for m in [1 << 30, (1 << 30) + 1, 1518500250, I32_MAX, int(r.integers(1 << 30, 1 << 31))]:
+            e = max(-s, 0)
+            t = int(r.integers(-100, 100))
+            target = t * 2.0 ** e + (2.0 ** (e - 1) if e > 0 else 0.5)
+            if s > 0:
+                target /= 2.0 ** s
+            bias.append(int(np.clip(round(target * 2 ** 31 / m), I32_MIN, I32_MAX)))
+            mult.append(m)
+            shift.append(s)
+    for acc in [I32_MIN, I32_MIN + 1, -1, 0, 1, I32_MAX - 1, I32_MAX, 1 << 30, -(1 << 30)]:
+        for m in EXTREME_MULTS:
+            for s in EXTREME_SHIFTS:
+                bias.append(acc)
+                mult.append(m)
+                shift.append(s)
+    bias, mult, shift = (np.array(v, np.int64).astype(np.int32) for v in (bias, mult, shift))
+    n, deltas = len(bias), np.array([0, 1, -1, 2, -2, 100, -128, 127, 3])
+    for k in (1, 6):
+        w = i8(r, (n, k))
+        w[:, 0] = 1
+        a = np.full((len(deltas), k), 128, np.uint8)
+        a[:, 0] = 128 + deltas
+        packed = K.pack_qu8_conv(w, bias, 128, mult, shift, 128, isa=isa)
+        y = np.empty((len(deltas), n), np.uint8)
+        K.qu8_gemm(a, packed, y, threads=2)
+        want = output(wrap32(bias.astype(np.int64)[None, :] + deltas[:, None]), mult, shift, 128)
+        np.testing.assert_array_equal(y, want, err_msg=f"{isa} K={k}")
+
+
+# ---- depthwise ------------------------------------------------------------------------------------
+
+DW_CASES = [  # (N, H, W, C, multiplier, kernel, stride, dilation, pads)
+    (1, 7, 8, 1, 1, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    (2, 9, 7, 3, 1, (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),
+    (1, 10, 9, 17, 1, (5, 5), (2, 2), (1, 1), [2, 2, 2, 2]),
+    (1, 6, 6, 40, 1, (3, 3), (1, 1), (1, 1), [0, 0, 1, 1]),
+    (1, 8, 8, 33, 1, (3, 3), (1, 1), (2, 2), [2, 2, 2, 2]),
+    (1, 5, 12, 96, 1, (3, 3), (2, 1), (1, 1), [1, 1, 1, 1]),
+    (1, 6, 5, 3, 2, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),   # channel multiplier (scalar path)
+    (1, 4, 4, 5, 3, (1, 1), (1, 1), (1, 1), [0, 0, 0, 0]),
+    (1, 3, 3, 16, 1, (3, 3), (1, 1), (1, 1), [3, 3, 3, 3]),   # windows entirely in the padding
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_depthwise_matches_numpy(isa):
+    r = rng(4)
+    for case, (n, h, wd, c, mult_c, kernel, stride, dil, pads) in enumerate(DW_CASES):
+        oc = c * mult_c
+        x_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [128, 0, 255, 9][case % 4]
+        qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][case % 4]
+        x, w = u8(r, (n, h, wd, c)), i8(r, (*kernel, oc))
+        bias = None if case % 4 == 0 else r.integers(-10000, 10001, size=oc, dtype=np.int32)
+        mult, shift = channel_scales(r, oc, np.sqrt(kernel[0] * kernel[1]) * 74 * 74)
+        oh = out_size(h, kernel[0], stride[0], dil[0], pads[0], pads[2])
+        ow = out_size(wd, kernel[1], stride[1], dil[1], pads[1], pads[3])
+        y = np.empty((n, oh, ow, oc), np.uint8)
+        K.qu8_depthwise_conv(x, w, bias, x_zp, mult, shift, y_zp, qmin, qmax, y, stride, dil, pads,
+                             threads=1 + case % 2, isa=isa)
+        xp = np.pad(x.astype(np.int64) - x_zp, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3]), (0, 0)))
+        xp = np.repeat(xp, mult_c, axis=3)  # output channel o reads input channel o // multiplier
+        acc = np.zeros((n, oh, ow, oc), np.int64) + (0 if bias is None else bias.astype(np.int64))
+        for ky, kx, v in windows(xp, *kernel, stride, dil, oh, ow):
+            acc += v * w[ky, kx].astype(np.int64)
+        np.testing.assert_array_equal(y, output(wrap32(acc), mult, shift, y_zp, qmin, qmax), err_msg=f"{isa} {case}")
+
+
+# ---- element-wise ---------------------------------------------------------------------------------
+
+def b_operand(r, bc, rows, c):
+    return u8(r, {"none": (rows, c), "channel": (c,), "scalar": (1,)}[bc])
+
+
+def b_broadcast(b, bc, rows, c):
+    return b.astype(np.int64).reshape({"none": (rows, c), "channel": (1, c), "scalar": (1, 1)}[bc])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_add_matches_numpy(isa):
+    r = rng(5)
+    case = 0
+    for c in (1, 3, 8, 15, 16, 17, 33, 100):
+        for bc in ("none", "channel", "scalar"):
+            case += 1
+            rows = 3
+            a, b = u8(r, (rows, c)), b_operand(r, bc, rows, c)
+            a_zp, b_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [77, 0, 128][case % 3], [128, 0, 255, 9][case % 4]
+            qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][case % 4]
+            am, bm, om = (int(v) for v in r.integers(1 << 30, 1 << 31, size=3))
+            a_s, b_s, o_s = -1 - int(r.integers(3)), -1 - int(r.integers(3)), -18 - int(r.integers(3))
+            if case % 5 == 4:  # left shifts: sa and sb saturate, and so does their sum
+                a_s, b_s, am, o_s = EXTREME_SHIFTS[case % 8], EXTREME_SHIFTS[(case + 3) % 8], EXTREME_MULTS[case % 9], 0
+            y = np.empty_like(a)
+            K.qu8_add(a, a_zp, b, b_zp, y, y_zp, am, a_s, bm, b_s, om, o_s, qmin, qmax, bc, threads=1 + case % 2,
+                      isa=isa)
+            sa = requantize((a.astype(np.int64) - a_zp) << 20, am, a_s)
+            sb = requantize((b_broadcast(b, bc, rows, c) - b_zp) << 20, bm, b_s)
+            np.testing.assert_array_equal(y, output(sa + sb, om, o_s, y_zp, qmin, qmax), err_msg=f"{isa} {c} {bc}")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_mul_matches_numpy(isa):
+    r = rng(6)
+    case = 0
+    for c in (1, 3, 8, 15, 16, 17, 33, 100):
+        for bc in ("none", "channel", "scalar"):
+            case += 1
+            rows = 4
+            a, b = u8(r, (rows, c)), b_operand(r, bc, rows, c)
+            a_zp, b_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [77, 0, 128][case % 3], [128, 0, 255, 9][case % 4]
+            qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][case % 4]
+            m, s = int(r.integers(1 << 30, 1 << 31)), -8 - int(r.integers(3))
+            if case % 4 == 3:
+                m, s = EXTREME_MULTS[case % 9], EXTREME_SHIFTS[case % 8]
+            elif case % 4 == 1:
+                m, s = 1 << 30, -2  # product / 8 exactly: rdbpot's halves
+            y = np.empty_like(a)
+            K.qu8_mul(a, a_zp, b, b_zp, y, y_zp, m, s, qmin, qmax, bc, threads=1 + case % 2, isa=isa)
+            prod = (a.astype(np.int64) - a_zp) * (b_broadcast(b, bc, rows, c) - b_zp)
+            np.testing.assert_array_equal(y, output(prod, m, s, y_zp, qmin, qmax), err_msg=f"{isa} {c} {bc}")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_requantize_matches_numpy(isa):
+    r = rng(7)
+    for case, s in enumerate(range(-31, 31)):
+        x = u8(r, (3, 1 + case % 40))
+        x_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [128, 0, 255, 9][case % 4]
+        qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][case % 4]
+        m = EXTREME_MULTS[case % 9] if case % 3 == 0 else int(r.integers(1 << 30, 1 << 31))
+        y = np.empty_like(x)
+        K.qu8_requantize(x, x_zp, y, y_zp, m, s, qmin, qmax, threads=1 + case % 2, isa=isa)
+        np.testing.assert_array_equal(y, output(x.astype(np.int64) - x_zp, m, s, y_zp, qmin, qmax), err_msg=f"{s}")
+
+
+# ---- pooling --------------------------------------------------------------------------------------
+
+POOL_CASES = [  # (N, H, W, C, kernel, stride, dilation, pads)
+    (1, 7, 7, 1, (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),
+    (2, 8, 8, 3, (2, 2), (2, 2), (1, 1), [0, 0, 0, 0]),
+    (1, 9, 9, 17, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1]),
+    (1, 5, 6, 33, (5, 5), (1, 1), (1, 1), [2, 2, 2, 2]),
+    (1, 7, 7, 70, (3, 3), (1, 1), (2, 2), [2, 2, 2, 2]),
+    (1, 2, 2, 16, (1, 1), (1, 1), (1, 1), [1, 1, 1, 1]),  # windows entirely in the padding
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_pools_match_numpy(isa):
+    r = rng(8)
+    for case, (n, h, wd, c, kernel, stride, dil, pads) in enumerate(POOL_CASES):
+        x = u8(r, (n, h, wd, c))
+        oh = out_size(h, kernel[0], stride[0], dil[0], pads[0], pads[2])
+        ow = out_size(wd, kernel[1], stride[1], dil[1], pads[1], pads[3])
+        padding = ((0, 0), (pads[0], pads[2]), (pads[1], pads[3]), (0, 0))
+        y = np.empty((n, oh, ow, c), np.uint8)
+        K.qu8_maxpool(x, y, kernel, stride, dil, pads, threads=1 + case % 2, isa=isa)
+        xp = np.pad(x.astype(np.int64), padding, constant_values=-1)  # padding never wins; all-padding -> 0
+        want = np.max([v for _, _, v in windows(xp, *kernel, stride, dil, oh, ow)], axis=0)
+        np.testing.assert_array_equal(y, np.maximum(want, 0).astype(np.uint8), err_msg=f"maxpool {isa} {case}")
+        entries = kernel[0] * kernel[1] + 1
+        for include_pad in (False, True):
+            x_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [128, 0, 255, 9][case % 4]
+            qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][(case + include_pad) % 4]
+            mult = r.integers(1 << 30, 1 << 31, size=entries, dtype=np.int64).astype(np.int32)
+            shift = np.array([0] + [-int(np.ceil(np.log2(e))) for e in range(1, entries)], np.int32)
+            if case % 2:
+                mult[:], shift[:] = 1 << 30, -1  # sum / 4 exactly: rdbpot's halves
+            K.qu8_avgpool(x, x_zp, y, y_zp, mult, shift, qmin, qmax, kernel, stride, dil, pads, include_pad,
+                          threads=1 + case % 2, isa=isa)
+            views = windows(np.pad(x.astype(np.int64) - x_zp, padding), *kernel, stride, dil, oh, ow)
+            acc = np.sum([v for _, _, v in views], axis=0)
+            inside = np.sum([v for _, _, v in windows(np.pad(np.ones((n, h, wd, 1), np.int64), padding), *kernel,
+                                                       stride, dil, oh, ow)], axis=0)
+            count = np.full_like(inside, kernel[0] * kernel[1]) if include_pad else inside
+            want = output(acc, mult[count], shift[count], y_zp, qmin, qmax)
+            np.testing.assert_array_equal(y, want, err_msg=f"avgpool {isa} {case} include_pad={include_pad}")
+    for case, (n, hw, c) in enumerate([(1, 49, 1280), (2, 13, 3), (2, 64, 70), (1, 1, 17)]):
+        x = u8(r, (n, hw, c))
+        x_zp, y_zp = [0, 128, 255, 3][case], [128, 0, 255, 9][case]
+        m, s = int(r.integers(1 << 30, 1 << 31)), -int(np.ceil(np.log2(hw)))
+        y = np.empty((n, c), np.uint8)
+        K.qu8_global_avgpool(x, x_zp, y, y_zp, m, s, threads=2, isa=isa)
+        np.testing.assert_array_equal(y, output((x.astype(np.int64) - x_zp).sum(axis=1), m, s, y_zp))
+
+
+# ---- levels and argument checks -------------------------------------------------------------------
+
+def test_each_level_packs_for_its_own_gemm():
+    w = np.ones((3, 8), np.int8)
+    ones = np.full(3, 1 << 30, np.int32)
+    for isa in ISAS:
+        packed = K.pack_qu8_conv(w, None, 0, ones, np.zeros(3, np.int32), 0, isa=isa)
+        assert packed.isa == isa and packed.kernel_name == K.kernel_names(isa)["qu8_igemm"], packed
+    if "avx512vnni" in ISAS:
+        assert K.pack_qu8_conv(w, None, 0, ones, np.zeros(3, np.int32), 0).kernel_name == \
+            "qu8_igemm_8x16c4__avx512vnni"
+
+
+def test_bad_arguments_raise_typed_errors():
+    w = np.ones((4, 3, 3, 2), np.int8)
+    m, s = np.full(4, 1 << 30, np.int32), np.full(4, -3, np.int32)
+    with pytest.raises(TypeError, match="w: expected dtype int8"):
+        K.pack_qu8_conv(w.astype(np.uint8), None, 0, m, s, 0)
+    with pytest.raises(TypeError, match="bias: expected dtype int32"):
+        K.pack_qu8_conv(w, np.zeros(4, np.int64), 0, m, s, 0)
+    with pytest.raises(TypeError, match="multiplier: expected dtype int32"):
+        K.pack_qu8_conv(w, None, 0, m.astype(np.float32), s, 0)
+    with pytest.raises(ValueError, match="shift: expected shape"):
+        K.pack_qu8_conv(w, None, 0, m, s[:3], 0)
+    with pytest.raises(ValueError, match="shift must be in"):
+        K.pack_qu8_conv(w, None, 0, m, np.full(4, 31, np.int32), 0)
+    with pytest.raises(ValueError, match="input_zero_point must be in"):
+        K.pack_qu8_conv(w, None, 256, m, s, 0)
+    with pytest.raises(ValueError, match="output_zero_point must be in"):
+        K.pack_qu8_conv(w, None, 0, m, s, -1)
+    with pytest.raises(ValueError, match="qmin must be <= qmax"):
+        K.pack_qu8_conv(w, None, 0, m, s, 0, 200, 100)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.pack_qu8_conv(np.ones((2, 4, 3, 3), np.int8).transpose(1, 2, 3, 0), None, 0, m, s, 0)
+    packed = K.pack_qu8_conv(w, None, 0, m, s, 0)
+    with pytest.raises(ValueError, match="packed for a 3x3 kernel"):
+        K.Qu8ConvPlan(packed, [1, 5, 5, 2], (1, 1))
+    with pytest.raises(ValueError, match="packed for a convolution kernel"):
+        K.qu8_gemm(np.ones((2, 18), np.uint8), packed, np.empty((2, 4), np.uint8))
+    plan = K.Qu8ConvPlan(packed, [1, 5, 5, 2], (3, 3), pads=[1, 1, 1, 1])
+    with pytest.raises(TypeError, match="x: expected dtype uint8"):
+        plan.run(np.ones((1, 5, 5, 2), np.float32), np.empty((1, 5, 5, 4), np.uint8))
+    with pytest.raises(ValueError, match="y: expected shape"):
+        plan.run(np.ones((1, 5, 5, 2), np.uint8), np.empty((1, 5, 5, 3), np.uint8))
+    with pytest.raises(ValueError, match="y: must be writable"):
+        y = np.empty((1, 5, 5, 4), np.uint8)
+        y.flags.writeable = False
+        plan.run(np.ones((1, 5, 5, 2), np.uint8), y)
+    gemm_packed = K.pack_qu8_conv(np.ones((4, 6), np.int8), None, 0, m, s, 0)
+    with pytest.raises(ValueError, match="a must be"):
+        K.qu8_gemm(np.ones((2, 5), np.uint8), gemm_packed, np.empty((2, 4), np.uint8))
+    a = np.ones((3, 5), np.uint8)
+    with pytest.raises(ValueError, match="broadcast must be"):
+        K.qu8_add(a, 0, a, 0, np.empty_like(a), 0, 1 << 30, -1, 1 << 30, -1, 1 << 30, -20, broadcast="row")
+    with pytest.raises(ValueError, match="b: expected shape"):
+        K.qu8_add(a, 0, np.ones(4, np.uint8), 0, np.empty_like(a), 0, 1 << 30, -1, 1 << 30, -1, 1 << 30, -20,
+                  broadcast="channel")
+    with pytest.raises(ValueError, match="a_mult must fit int32"):
+        K.qu8_add(a, 0, a, 0, np.empty_like(a), 0, 1 << 31, -1, 1 << 30, -1, 1 << 30, -20)
+    with pytest.raises(ValueError, match="out_shift must be in"):
+        K.qu8_add(a, 0, a, 0, np.empty_like(a), 0, 1 << 30, -1, 1 << 30, -1, 1 << 30, -32)
+    with pytest.raises(TypeError, match="b: expected dtype uint8"):
+        K.qu8_mul(a, 0, a.astype(np.int8), 0, np.empty_like(a), 0, 1 << 30, -8)
+    with pytest.raises(ValueError, match="y_zp must be in"):
+        K.qu8_mul(a, 0, a, 0, np.empty_like(a), 300, 1 << 30, -8)
+    with pytest.raises(ValueError, match="mult: expected shape"):
+        K.qu8_avgpool(np.ones((1, 4, 4, 2), np.uint8), 0, np.empty((1, 2, 2, 2), np.uint8), 0,
+                      np.ones(9, np.int32), np.zeros(9, np.int32), 0, 255, (3, 3))
+    with pytest.raises(ValueError, match="x must be \\(N, HW, C\\)"):
+        K.qu8_global_avgpool(np.ones((1, 4, 4, 2), np.uint8), 0, np.empty((1, 2), np.uint8), 0, 1 << 30, -4)
+    with pytest.raises(ValueError, match="w's last dim must be a multiple of C"):
+        K.qu8_depthwise_conv(np.ones((1, 4, 4, 3), np.uint8), np.ones((3, 3, 4), np.int8), None, 0,
+                             np.ones(4, np.int32), np.zeros(4, np.int32), 0, 0, 255, np.empty((1, 2, 2, 4), np.uint8))
+    with pytest.raises(ValueError, match="x_zp must be in"):
+        K.qu8_requantize(a, -3, np.empty_like(a), 0, 1 << 30, -1)
+    with pytest.raises(ValueError, match="unknown ISA"):
+        K.qu8_requantize(a, 0, np.empty_like(a), 0, 1 << 30, -1, isa="sse9")
