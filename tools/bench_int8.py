@@ -38,6 +38,9 @@ from edgesdk.profile.latency import time_calls  # noqa: E402
 from edgesdk.quant.calibrate import METHODS  # noqa: E402
 from edgesdk.quant.ptq import quantize_graph  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tools"))
+from bench import ort_session  # noqa: E402  (tools/bench.py: the same ONNX Runtime settings)
+
 ACCURACY_MODELS = ["lenet5", "mobilenet_v2", "mobilenet_v3_style", "resnet18", "squeezenet", "oddnet",
                    "ppocr_v4_det", "ppocr_v4_rec", "ppocr_mobile_v2_cls"]
 SPEED_MODELS = ["mobilenet_v2", "resnet18"]
@@ -109,16 +112,6 @@ def accuracy(args) -> list[dict]:
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
-
-
-def ort_session(path: str, threads: int):
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 def ort_quantized(path: str, calib: np.ndarray, input_name: str, out_dir: Path) -> str:

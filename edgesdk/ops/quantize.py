@@ -19,9 +19,9 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..graph import Node
 from ..quant import fixedpoint as fx
-from .conv import WINDOW_ATTRS, _macs as conv_macs, _shape as conv_shape, check_window, pad_spatial, sliding_windows, \
-    window_attrs
-from .geometry import broadcast_shapes, conv_output_size, pool_sweep
+from .conv import WINDOW_ATTRS, _macs as conv_macs, _reference as conv_reference, _shape as conv_shape, check_window, \
+    sliding_windows, window_attrs
+from .geometry import broadcast_shapes, pool_sweep
 from .pool import _pool_shape
 from ..runtime.activations import Activation
 from .registry import BOOL, INT, OPS, Kind, Signature, op
@@ -291,19 +291,9 @@ qlinear_conv.check(check_window)
 
 
 def integer_conv(node: Node, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """sum (x - 0) * w over each window, exact, as int64 (N, M, OH, OW): x and w already have their
-    zero points subtracted (int64). float64 matmuls are exact here (|sums| < 2^53)."""
-    a = node.attrs
-    (kh, kw), strides, dilations, pads = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
-    group = a["group"]
-    n, c, h, wd = x.shape
-    m, cg = w.shape[:2]
-    oh = conv_output_size(h, kh, strides[0], dilations[0], pads[0], pads[2])
-    ow = conv_output_size(wd, kw, strides[1], dilations[1], pads[1], pads[3])
-    xp = pad_spatial(x.astype(np.float64), pads)
-    cols = sliding_windows(xp, (kh, kw), strides, dilations, (oh, ow)).reshape(n, group, cg * kh * kw, oh * ow)
-    out = np.matmul(w.astype(np.float64).reshape(group, m // group, cg * kh * kw), cols)
-    return np.rint(out).astype(np.int64).reshape(n, m, oh, ow)
+    """sum x * w over each window, exact, as int64 (N, M, OH, OW): x and w already have their zero
+    points subtracted. The float conv reference in float64 is exact here (|sums| < 2^53)."""
+    return np.rint(conv_reference(node, x.astype(np.float64), w.astype(np.float64))).astype(np.int64)
 
 
 @qlinear_conv.reference
