@@ -135,7 +135,11 @@ def test_every_importable_node_case_exports():
 
 # ReduceLogSumExp: every node case is float64 or empty (tests/ops/test_reduce.py exports it);
 # LayerNormalization: every node case reads the Mean/InvStdDev outputs (exported below).
-REFUSED_IN_EVERY_CASE = {"ReduceLogSumExp", "LayerNormalization"}
+# The integer ops: their node cases feed integer graph inputs, which edgesdk refuses
+# (tests/test_quant.py::test_every_integer_op_exports exports each of them).
+REFUSED_IN_EVERY_CASE = {"ReduceLogSumExp", "LayerNormalization", "QLinearConv", "QLinearMatMul", "QGemm",
+                         "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool",
+                         "QLinearConcat", "QLinearLookup", "DequantizeLinear", "QuantizeLinear"}
 
 
 @pytest.mark.parametrize("axis, bias", [(-1, True), (1, False)])

@@ -138,7 +138,11 @@ def test_aarch64_flags_under_qemu(aarch64_driver, cpu, expected):
           "f16c": True}, "avx2"),
         ({"avx512f": True, "avx512bw": False, "avx512vl": True, "avx2": True, "fma": True, "f16c": True}, "avx2"),
         ({"avx2": True, "fma": True, "f16c": False}, "scalar"),
-        ({"neon": True, "fp16": True, "dotprod": True}, "neonfp16"),  # fp16 arithmetic (FHM not needed)
+        ({"avx512f": True, "avx512bw": True, "avx512vl": True, "avx512dq": True, "avx2": True, "fma": True,
+          "f16c": True, "avx512vnni": True}, "avx512vnni"),
+        ({"neon": True, "fp16": True, "dotprod": False}, "neonfp16"),  # fp16 arithmetic (FHM not needed)
+        ({"neon": True, "fp16": True, "dotprod": True}, "neondot"),  # plus the sdot int8 GEMM
+        ({"neon": True, "fp16": False, "dotprod": True}, "neon"),  # neondot is built on neonfp16
         ({"neon": True, "fp16": False}, "neon"),
         ({}, "scalar"),
     ],
