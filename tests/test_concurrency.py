@@ -342,3 +342,16 @@ def test_reference_thread_limit_holds_until_the_last_overlapping_run_ends() -> N
         assert blas_threads() == {1}, "the first run out lifted the limit under the second"
         second.__exit__(None, None, None)
         assert blas_threads() == {3}, "the limit from before the runs did not come back"
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_int8_concurrent_runs_match_serial(backend: str) -> None:
+    """An int8 session (QLinearConv plans with their indirection buffers, per arena) under threads."""
+    from edgesdk.quant.ptq import quantize_graph
+    graph = edgesdk.Session(conv_model(), backend="reference").graph
+    rng = np.random.default_rng(0)
+    shape = graph.tensors[graph.inputs[0]].shape
+    qgraph, report = quantize_graph(graph, rng.standard_normal((8,) + shape[1:]).astype(np.float32))
+    assert report.integer_ops.get("QLinearConv")
+    sess = edgesdk.Session(qgraph, backend=backend, threads=2, optimize=False)
+    assert check_concurrent_runs(sess, runs=50) == 0

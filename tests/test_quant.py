@@ -479,3 +479,15 @@ def test_every_integer_op_exports(kind: str, tmp_path: Path) -> None:
     assert np.array_equal(again.run(feed)["y"], ours)
     theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert np.max(np.abs(theirs - ours)) <= 1.0001 * output_scale(onnx.load(str(path)))
+
+
+@pytest.mark.parametrize("zero_point", [np.uint8(3), np.int8(-2)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_quantize_nan_and_inf_as_onnxruntime(zero_point, backend: str) -> None:
+    """Infinities saturate; NaN becomes the lowest code (ONNX Runtime's answer, not the zero point)."""
+    x = np.tile(np.array([np.nan, np.inf, -np.inf, 1.0, -0.7], np.float32), 8)
+    nodes = [oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), oh.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    model = graph_model(nodes, {"x": x.shape}, ["y"], {"s": np.float32(0.5), "z": zero_point})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = edgesdk.Session(model, backend=backend).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)

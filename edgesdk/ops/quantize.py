@@ -231,7 +231,7 @@ def _quantize(node, x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None = No
     zp = _axis_view(node, zp if zp is not None else np.zeros((), dtype), x.ndim)
     lo, hi = dtype_range(dtype)
     q = np.rint(x.astype(np.float32) / scale) + zp.astype(np.float32)
-    return np.clip(np.nan_to_num(q, nan=0.0), lo, hi).astype(dtype)
+    return np.clip(np.nan_to_num(q, nan=lo), lo, hi).astype(dtype)  # NaN: the lowest code, as ONNX Runtime
 
 
 @dequantize_linear.reference

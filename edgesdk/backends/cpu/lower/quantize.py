@@ -39,7 +39,7 @@ def quantize_linear(node: Node, b: Builder) -> None:
             np.divide(xs, scale, out=tmp)
             np.rint(tmp, out=tmp)
             np.add(tmp, zp, out=tmp)
-            np.nan_to_num(tmp, copy=False, nan=0.0)
+            np.nan_to_num(tmp, copy=False, nan=lo)  # NaN: the lowest code, as ONNX Runtime
             np.clip(tmp, lo, hi, out=tmp)
             out[...] = tmp
         return run
