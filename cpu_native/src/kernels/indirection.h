@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/operators.h"
+#include "kernels/thread_pool.h"
 
 namespace edgesdk::kernels {
 
@@ -35,5 +36,31 @@ void fill_indirection(std::vector<const T*>& ind, const T* input, size_t in_stri
     }
   }
 }
+
+// The work split of an indirect GEMM (ConvPlan, Qu8ConvPlan): units of 8 pixel tiles x a group of
+// weight panels, panels split only as far as it takes to feed the threads. for_each_block runs
+// body(tile_begin, tile_end, panel_begin, panel_end) for every unit, on `threads` threads.
+struct TileGrid {
+  static constexpr size_t kTilesPerUnit = 8;
+  size_t tiles, panels, pixel_units, panels_per_unit, panel_units;
+
+  TileGrid(size_t tiles_, size_t panels_, size_t threads)
+      : tiles(tiles_), panels(panels_), pixel_units(div_up(tiles_, kTilesPerUnit)) {
+    size_t groups = 1;
+    if (threads > 1 && pixel_units < 8 * threads) groups = min_size(panels, div_up(8 * threads, pixel_units));
+    panels_per_unit = div_up(panels, groups);
+    panel_units = div_up(panels, panels_per_unit);
+  }
+
+  template <class Body>
+  void for_each_block(size_t threads, const Body& body) const {
+    parallel_for(pixel_units * panel_units, threads, [&](size_t begin, size_t end) {
+      for (size_t unit = begin; unit < end; ++unit) {
+        const size_t t0 = unit % pixel_units * kTilesPerUnit, p0 = unit / pixel_units * panels_per_unit;
+        body(t0, min_size(tiles, t0 + kTilesPerUnit), p0, min_size(panels, p0 + panels_per_unit));
+      }
+    });
+  }
+};
 
 }  // namespace edgesdk::kernels

@@ -261,19 +261,10 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
   const size_t panels = w.panel_count();
   const MinMax clamp = clamp_part(act);
   const bool post = needs_post_pass(act);
-  // Work units: 8 pixel tiles x a group of panels; panels are split only to feed the threads.
-  const size_t tiles_per_unit = 8;
-  const size_t pixel_units = div_up(tiles, tiles_per_unit);
-  size_t panel_units = 1;
-  if (threads > 1 && pixel_units < 8 * threads) panel_units = min_size(panels, div_up(8 * threads, pixel_units));
-  const size_t panels_per_unit = div_up(panels, panel_units);
-  panel_units = div_up(panels, panels_per_unit);
+  const TileGrid grid(tiles, panels, threads);
   const float* const* ind = indirection_.data();
   const uint16_t* const* ind_f16 = indirection_f16_.data();
-  auto run_unit = [&](size_t unit) {
-    const size_t pu = unit % pixel_units, nu = unit / pixel_units;
-    const size_t t0 = pu * tiles_per_unit, t1 = min_size(tiles, t0 + tiles_per_unit);
-    const size_t p0 = nu * panels_per_unit, p1 = min_size(panels, p0 + panels_per_unit);
+  grid.for_each_block(threads, [&](size_t t0, size_t t1, size_t p0, size_t p1) {
     for (size_t p = p0; p < p1; ++p) {
       const size_t ncur = min_size(nr, w.n - p * nr);
       for (size_t tile = t0; tile < t1; ++tile) {
@@ -288,9 +279,6 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
         if (post) post_activate(t, ct, out_stride, mcur, ncur, act);
       }
     }
-  };
-  parallel_for(pixel_units * panel_units, threads, [&](size_t begin, size_t end) {
-    for (size_t u = begin; u < end; ++u) run_unit(u);
   });
 }
 

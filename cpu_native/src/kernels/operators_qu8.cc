@@ -182,19 +182,9 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
   const size_t pixels = n_ * oh_ * ow_;
   const size_t tiles = div_up(pixels, mr);
   const size_t panels = w.panel_count();
-  // Work units as ConvPlan's: 8 pixel tiles x a group of panels; panels are split only to feed
-  // the threads.
-  const size_t tiles_per_unit = 8;
-  const size_t pixel_units = div_up(tiles, tiles_per_unit);
-  size_t panel_units = 1;
-  if (threads > 1 && pixel_units < 8 * threads) panel_units = min_size(panels, div_up(8 * threads, pixel_units));
-  const size_t panels_per_unit = div_up(panels, panel_units);
-  panel_units = div_up(panels, panels_per_unit);
+  const TileGrid grid(tiles, panels, threads);
   const uint8_t* const* ind = indirection_.data();
-  auto run_unit = [&](size_t unit) {
-    const size_t pu = unit % pixel_units, nu = unit / pixel_units;
-    const size_t t0 = pu * tiles_per_unit, t1 = min_size(tiles, t0 + tiles_per_unit);
-    const size_t p0 = nu * panels_per_unit, p1 = min_size(panels, p0 + panels_per_unit);
+  grid.for_each_block(threads, [&](size_t t0, size_t t1, size_t p0, size_t p1) {
     for (size_t p = p0; p < p1; ++p) {
       const size_t ncur = min_size(nr, w.n - p * nr);
       for (size_t tile = t0; tile < t1; ++tile) {
@@ -203,9 +193,6 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
                     output + tile * mr * out_stride + p * nr, out_stride, &w.out);
       }
     }
-  };
-  parallel_for(pixel_units * panel_units, threads, [&](size_t begin, size_t end) {
-    for (size_t u = begin; u < end; ++u) run_unit(u);
   });
 }
 
