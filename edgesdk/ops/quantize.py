@@ -22,6 +22,7 @@ from ..quant import fixedpoint as fx
 from .conv import WINDOW_ATTRS, _macs as conv_macs, _reference as conv_reference, _shape as conv_shape, check_window, \
     sliding_windows, window_attrs
 from .geometry import broadcast_shapes, pool_sweep
+from .linear import _gemm_macs as gemm_macs, _gemm_shape as gemm_shape, _matmul_macs as matmul_macs
 from .pool import _pool_shape
 from ..runtime.activations import Activation
 from .registry import BOOL, INT, OPS, Kind, Signature, op
@@ -241,12 +242,6 @@ def _dequantize(node, x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None = 
     return (x.astype(np.int32) - zp.astype(np.int32)).astype(np.float32) * scale
 
 
-@quantize_linear.macs
-@dequantize_linear.macs
-def _elementwise_macs(node, graph):
-    return 0
-
-
 # -- QLinearConv ----------------------------------------------------------------------------------
 @qlinear_conv.importer
 def _import_qlinear_conv(imp, name, inputs, outputs, attrs):
@@ -345,14 +340,7 @@ def _qlinear_matmul_shape(node, shapes):
 
 @qgemm.shape
 def _qgemm_shape(node, shapes):
-    a, b = shapes[0], shapes[3]
-    m, k = a[::-1] if node.attrs["transA"] else a
-    k2, n = b[::-1] if node.attrs["transB"] else b
-    if k != k2:
-        raise UnsupportedModelError(f"node {node.name!r}: QGemm inner sizes differ ({k} vs {k2})")
-    if shapes[6]:
-        broadcast_shapes((m, n), shapes[6])
-    return [(m, n)]
+    return gemm_shape(node, [shapes[0], shapes[3], shapes[6]])  # A, B and C sit at 0, 3 and 6
 
 
 @qlinear_matmul.dtypes
@@ -365,15 +353,9 @@ def _output_dtype_gemm(node, dtypes):
     return [dtypes[8] if dtypes[8] is not None else np.dtype(np.uint8)]
 
 
-@qlinear_matmul.macs
-def _qlinear_matmul_macs(node, graph):
-    return math.prod(graph.tensors[node.outputs[0]].shape) * graph.tensors[node.inputs[0]].shape[-1]
-
-
-@qgemm.macs
-def _qgemm_macs(node, graph):
-    a = graph.tensors[node.inputs[0]].shape
-    return math.prod(graph.tensors[node.outputs[0]].shape) * (a[0] if node.attrs["transA"] else a[1])
+# A sits at input 0 as in MatMul and Gemm: their rules count the products.
+qlinear_matmul.macs(matmul_macs)
+qgemm.macs(gemm_macs)
 
 
 def _matmul_columns(a, a_zp, b, b_zp) -> np.ndarray:
@@ -424,11 +406,6 @@ def _qlinear_binary_shape(node, shapes):
 @qlinear_binary.dtypes
 def _output_dtype_binary(node, dtypes):
     return [dtypes[7] if dtypes[7] is not None else dtypes[0]]
-
-
-@qlinear_binary.macs
-def _qlinear_binary_macs(node, graph):
-    return 0
 
 
 def mul_multiplier(a_scale: float, b_scale: float, y_scale: float) -> tuple[int, int]:
@@ -587,11 +564,6 @@ def _qlinear_concat(node, y_scale, y_zp, *triples):
     return np.concatenate(parts, axis=node.attrs["axis"])
 
 
-@qlinear_concat.macs
-@qlinear_global_average_pool.macs
-@qlinear_average_pool.macs
-def _no_macs(node, graph):
-    return 0
 
 
 # -- QLinearLookup --------------------------------------------------------------------------------
@@ -611,11 +583,6 @@ def _lookup_dtypes(node, dtypes):
 def _lookup(node, x: np.ndarray, table: np.ndarray, *params) -> np.ndarray:
     index = x.view(np.uint8) ^ np.uint8(0x80) if x.dtype == np.int8 else x
     return table[index]
-
-
-@qlinear_lookup.macs
-def _lookup_macs(node, graph):
-    return 0
 
 
 def codes(dtype: np.dtype) -> np.ndarray:
@@ -699,3 +666,10 @@ def _same_type(graph, tensor: str, zp: str | None) -> str | None:
     if graph.tensors[tensor].dtype != want:
         return f"writes {graph.tensors[tensor].dtype} where its zero point says {want}"
     return None
+
+
+# No multiply-accumulates: element-wise, pooling, data movement and table lookups.
+@op.shared("QuantizeLinear", "DequantizeLinear", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
+           "QLinearAveragePool", "QLinearConcat", "QLinearLookup").macs
+def _no_macs(node, graph):
+    return 0

@@ -37,6 +37,12 @@ class QParams:
         return float(graph.const(self.scale).reshape(-1)[0]), int(graph.const(self.zero_point).reshape(-1)[0])
 
 
+def per_tensor(g: Graph, node: Node) -> bool:
+    """A Q or DQ node with one constant scale and one constant zero point."""
+    scale, zp = g.const(node.inputs[1]), g.const(node.input(2))
+    return scale is not None and scale.size == 1 and zp is not None and zp.size == 1
+
+
 class _Fuser:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -52,10 +58,7 @@ class _Fuser:
         return node
 
     def per_tensor(self, node: Node) -> bool:
-        g = self.graph
-        scale = g.const(node.inputs[1])
-        zp = g.const(node.input(2))
-        return scale is not None and scale.size == 1 and node.input(2) is not None and zp is not None and zp.size == 1
+        return per_tensor(self.graph, node)
 
     def sole_user(self, name: str) -> Node | None:
         users = self.consumers.get(name, [])
@@ -295,23 +298,20 @@ def fuse_qdq(graph: Graph) -> int:
 
 def _drop_requantize_pairs(graph: Graph) -> int:
     """x_q -> DQ -> Q with the same parameters and type is x_q itself."""
-    removed = 0
+    producers = graph.producers()  # removing a Q changes no DQ's producer
+    renamed: dict[str, str] = {}
     for q in [n for n in graph.nodes if n.op == "QuantizeLinear"]:
-        producers = graph.producers()
         dq = producers.get(q.inputs[0])
-        if dq is None or dq.op != "DequantizeLinear" or q.outputs[0] in graph.outputs:
-            continue
-        same_type = graph.tensors[dq.inputs[0]].dtype == graph.tensors[q.outputs[0]].dtype
-        fuser = _Fuser(graph)
-        if not (same_type and fuser.per_tensor(dq) and fuser.per_tensor(q)):
-            continue
-        if QParams(dq.inputs[1], dq.inputs[2]).values(graph) != QParams(q.inputs[1], q.inputs[2]).values(graph):
+        if dq is None or dq.op != "DequantizeLinear" or q.outputs[0] in graph.outputs or \
+                graph.tensors[dq.inputs[0]].dtype != graph.tensors[q.outputs[0]].dtype or \
+                not (per_tensor(graph, dq) and per_tensor(graph, q)) or \
+                QParams(dq.inputs[1], dq.inputs[2]).values(graph) != QParams(q.inputs[1], q.inputs[2]).values(graph):
             continue
         graph.nodes.remove(q)
-        for node in graph.nodes:
-            node.inputs = [dq.inputs[0] if i == q.outputs[0] else i for i in node.inputs]
-        removed += 1
-    return removed
+        renamed[q.outputs[0]] = renamed.get(dq.inputs[0], dq.inputs[0])  # nodes come in graph order
+    for node in graph.nodes:
+        node.inputs = [renamed.get(i, i) for i in node.inputs]
+    return len(renamed)
 
 
 def _drop_dead_dequantize(graph: Graph) -> None:
