@@ -95,7 +95,7 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
                data: Dataset | None = None, input_shapes=None, outputs: list[str] | None = None,
                graph: Graph | None = None,
                progress: Progress | None = None, max_drop: float | None = None,
-               unmatched: Unmatched = "warn", calibration=None, calibration_method: str = "minmax") -> PackResult:
+               unmatched: Unmatched = "warn", calibration=None, calibration_method: str | None = None) -> PackResult:
     """Compress ``source`` with ``recipe`` and write the .edgepkg package ``output``.
 
     ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph`. With
@@ -105,9 +105,11 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     written. ``graph`` passes a graph already compressed from ``source`` (e.g. by fine-tuning)
     instead of compressing here; ``progress(done, total, stage)`` reports compression,
     evaluation and writing; ``input_shapes``, ``outputs`` and ``unmatched`` as for :func:`compress_model`.
-    ``calibration`` (an array of N input samples) quantizes the model to int8 after compression
+    ``calibration`` (an array of N input samples) quantizes to int8 after compression
     (``edgesdk.quant.ptq.quantize_graph``, ranges by ``calibration_method``: minmax, percentile or
-    mse). The package is written atomically (temp file + rename)."""
+    mse; default the recipe's ``calibration`` entry, else minmax): the layers whose recipe settings
+    say ``int8`` (mixed precision), or the whole model when no layer does. A recipe with int8
+    layers needs ``calibration``. The package is written atomically (temp file + rename)."""
     from .package import save_package
 
     _check_pack_arguments(source, output, data, max_drop)
@@ -118,10 +120,19 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     else:
         reports = [LayerReport(**{k: v for k, v in r.items() if k != "ratio"})
                    for r in graph.metadata.get("compression", {}).get("layers", [])]
+    int8_layers = _int8_layers(graph, recipe)
+    if int8_layers and calibration is None:
+        raise InputError(f"the recipe runs {len(int8_layers)} layer(s) in int8 ({', '.join(sorted(int8_layers)[:3])}"
+                         f"{', ...' if len(int8_layers) > 3 else ''}): give calibration inputs (--calib DATA)")
     if calibration is not None:
         from .quant.ptq import quantize_graph
         float_graph = graph
-        graph, _ = quantize_graph(float_graph, calibration, method=calibration_method, progress=progress)
+        settings = recipe.calibration or {}
+        method = calibration_method or settings.get("method", "minmax")
+        samples = calibration[: settings["samples"]] if "samples" in settings else calibration
+        whole = not int8_layers or recipe.default.quantizes and len(int8_layers) == len(_layer_names(graph))
+        graph, _ = quantize_graph(float_graph, samples, method=method, progress=progress,
+                                  layers=None if whole else int8_layers)
         reports = _int8_reports(graph, float_graph, reports)
     label, source_bytes, source_sha256 = _describe_source(source)
     accuracy = baseline = None
@@ -133,22 +144,41 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     metadata = {"source_sha256": source_sha256, "recipe": recipe.to_json(),
                 "layers": [r.summary() for r in reports]}
     # The recipe and per-layer stats travel once, as package metadata; the graph keeps the rest.
-    graph.metadata["compression"] = {"baseline_accuracy": baseline}
+    # Accuracies stored to 6 significant digits: a count over at most a million samples needs no
+    # more, and the 17-digit float repr would be the largest field of a small package's metadata.
+    graph.metadata["compression"] = {"baseline_accuracy": _six_digits(baseline)}
     if accuracy is not None:
-        metadata.update(accuracy=accuracy, accuracy_dataset=data.name)
+        metadata.update(accuracy=_six_digits(accuracy), accuracy_dataset=data.name)
     save_package(graph, output, metadata=metadata,
                  progress=(lambda done, total: progress(done, total, "writing")) if progress else None)
     return PackResult(label, str(output), source_bytes, Path(output).stat().st_size,
                       reports, accuracy, baseline, data.name if data is not None else None)
 
 
+def _six_digits(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.6g}")
+
+
+def _layer_names(graph: Graph) -> dict[str, tuple[str, str]]:
+    """Node name -> (node name, weight name) of every compressible layer, as recipes match them."""
+    from .compress.apply import compressible_layers
+    return {node.name: (node.name, weight) for node, weight in compressible_layers(graph)}
+
+
+def _int8_layers(graph: Graph, recipe: Recipe) -> set[str]:
+    """The layers of ``graph`` whose recipe settings say int8."""
+    return {name for name, names in _layer_names(graph).items() if recipe.settings_for(*names).quantizes}
+
+
 def _int8_reports(graph: Graph, float_graph: Graph, reports: list[LayerReport]) -> list[LayerReport]:
     """The per-layer reports of a quantized graph: int8 weights (dense) with their per-channel
-    scales, and the relative RMS error against the float weights they came from."""
+    scales, and the relative RMS error against the float weights they came from; layers left
+    float keep their compression report."""
     import numpy as np
     float_nodes = {n.name: n for n in float_graph.nodes}
     by_layer = {r.name: r for r in reports}
-    out = []
+    quantized = {n.name for n in graph.nodes if n.op in ("QLinearConv", "QGemm", "QLinearMatMul")}
+    out = [r for r in reports if r.name not in quantized]
     for node in graph.nodes:
         source = float_nodes.get(node.name)
         if node.op not in ("QLinearConv", "QGemm", "QLinearMatMul") or source is None:
@@ -165,7 +195,8 @@ def _int8_reports(graph: Graph, float_graph: Graph, reports: list[LayerReport]) 
                                bytes_before=before.bytes_before if before else 4 * weight.size,
                                bytes_after=weight.stored_nbytes + scale.stored_nbytes,
                                error_rms=float(np.sqrt(np.mean((decoded - original) ** 2))) / rms))
-    return out
+    order = {node.name: i for i, node in enumerate(graph.nodes)}
+    return sorted(out, key=lambda r: order.get(r.name, len(order)))
 
 
 def _check_pack_arguments(source: ModelSource, output: str | os.PathLike, data: Dataset | None,

@@ -418,7 +418,7 @@ def test_cli_pack_int8(tmp_path: Path) -> None:
                                  "--calib-method", "mse", "--eval", "digits"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "QLinearConv" in proc.stdout and "int8" in proc.stdout and "accuracy on digits-test" in proc.stdout
-    for args, words in ((["--int8"], "--int8 needs --calib"), (["--calib", "digits"], "--calib is for --int8"),
+    for args, words in ((["--int8"], "--int8 needs --calib"), (["--calib", "digits"], "--calib is for int8 layers"),
                         (["--int8", "--calib", str(tmp_path / "none.npz")], "not found")):
         proc = subprocess.run(exe + ["pack", str(default_model_path()), "-o", str(tmp_path / "x.edgepkg"), *args],
                               capture_output=True, text=True)

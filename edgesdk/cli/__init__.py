@@ -77,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pack", parents=[common, model_opts, compression], help="compress an ONNX model into an .edgepkg")
     p.add_argument("--eval", metavar="DATA", help="measure accuracy before and after ('digits' or an .npz)")
+    budget = p.add_argument_group("accuracy budget (--max-drop PP --calib DATA, no recipe: edgesdk chooses each layer)")
+    budget.add_argument("--objective", choices=["size", "latency"],
+                        help="what the budget search minimises: the package size (default) or the latency "
+                             "measured per layer on --backend")
+    budget.add_argument("--backend", default="auto",
+                        help="backend the search measures on (latency objective: the one you deploy to; default auto)")
+    budget.add_argument("--sensitivity-samples", type=int, default=512, metavar="N",
+                        help="calibration samples each layer's damage is measured on (default 512)")
+    budget.add_argument("--save-recipe", metavar="PATH",
+                        help="where the chosen plan is written as a recipe (default: OUTPUT with .recipe.json); "
+                             "`pack --recipe PATH --calib DATA` reproduces the package")
     p.set_defaults(func=cmd_pack)
 
     p = sub.add_parser("export", parents=[common, model_opts],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,20 @@ def compression_options() -> argparse.ArgumentParser:
                              help="quantize to int8 after compression (weights per channel, activations per tensor); "
                                   "needs --calib")
     compression.add_argument("--calib", metavar="DATA",
-                             help="calibration inputs for --int8: 'digits' (its training split) or an .npz with array x")
-    compression.add_argument("--calib-method", choices=["minmax", "percentile", "mse"], default="minmax",
-                             help="how each activation's range is chosen from the calibration data (default minmax)")
-    compression.add_argument("--calib-samples", type=int, default=64, metavar="N",
-                             help="calibration samples used, from the start of --calib (default 64)")
+                             help="calibration inputs for --int8, for a recipe with int8 layers, or for the "
+                                  "--max-drop search: 'digits' (its training split) or an .npz with array x")
+    compression.add_argument("--calib-method", choices=["minmax", "percentile", "mse"],
+                             help="how each activation's range is chosen from the calibration data (default: the "
+                                  "recipe's, else minmax)")
+    compression.add_argument("--calib-samples", type=int, metavar="N",
+                             help="calibration samples int8 ranges come from, from the start of --calib (default: "
+                                  "the recipe's, else 64)")
     compression.add_argument("--strict-recipe", action="store_true",
                              help="a recipe pattern that matches no layer is an error (default: a warning)")
     compression.add_argument("--max-drop", type=percentage_points, metavar="PP",
-                             help="refuse to write the package if accuracy fell by more than PP percentage points "
-                                  "against the uncompressed model (needs an evaluation dataset)")
+                             help="with a recipe or flags: refuse to write the package if accuracy fell by more than "
+                                  "PP percentage points (needs --eval); pack with --calib and no recipe: search each "
+                                  "layer's precision and compression for the smallest (or fastest) package within PP")
     return compression
 
 
@@ -55,15 +60,33 @@ def _recipe_from_args(args: argparse.Namespace, base=None):
     return dataclasses.replace(recipe, default=default, global_prune=global_prune)
 
 
+RECIPE_FLAGS = ("prune", "global_prune", "cluster_bits", "per_channel", "init", "nnm_rate", "nnm_mode", "fp16")
+
+
+def _searches(args: argparse.Namespace) -> bool:
+    """pack --max-drop PP --calib DATA without a recipe, flags or --int8: the accuracy budget."""
+    return args.max_drop is not None and bool(args.calib) and not args.int8 and not args.recipe and \
+        not any(getattr(args, flag) for flag in RECIPE_FLAGS)
+
+
 def cmd_pack(args: argparse.Namespace) -> int:
     from ..datasets import load_dataset
     from ..pack import AccuracyDropError, pack_model
     from ..progress import Progress
+    if _searches(args):
+        return _pack_within_budget(args)
+    for flag in ("objective", "save_recipe"):
+        if getattr(args, flag):
+            raise InputError(f"--{flag.replace('_', '-')} is for the accuracy budget search: "
+                             "--max-drop PP --calib DATA without --recipe, recipe flags or --int8")
     if args.max_drop is not None and not args.eval:
-        raise InputError("--max-drop needs --eval DATA: the accuracy drop is measured on that dataset")
+        raise InputError("--max-drop needs --eval DATA: the accuracy drop is measured on that dataset "
+                         "(or give --calib DATA without a recipe to search for a plan within the budget)")
     check_output_folder(args.output)
     recipe = _recipe_from_args(args)
-    calibration = _calibration(args)
+    if args.int8:
+        recipe = _whole_model_int8(recipe)
+    calibration = _calibration(args, recipe)
     data = load_dataset(args.eval) if args.eval else None
     shapes, bar = parse_input_shapes(args.input_shape), Progress("packing", leave=False)
     try:
@@ -77,6 +100,80 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_dict())
         return 0
+    _print_pack_result(args, result)
+    return 0
+
+
+def _whole_model_int8(recipe):
+    """--int8: every layer int8 (recipe settings that cannot go with it are named by RecipeError)."""
+    import dataclasses
+
+    from ..compress.recipe import LayerSettings
+    return dataclasses.replace(recipe, default=LayerSettings(**{**dataclasses.asdict(recipe.default), "int8": True}))
+
+
+def _pack_within_budget(args: argparse.Namespace) -> int:
+    """pack --max-drop PP --calib DATA [--eval DATA] [--objective size|latency]."""
+    from ..compress.budget import pack_within_budget
+    from ..datasets import load_calibration, load_dataset
+    from ..fileio import atomic_write_text
+    from ..pack import AccuracyDropError
+    from ..progress import Progress
+    check_output_folder(args.output)
+    recipe_path = Path(args.save_recipe) if args.save_recipe else Path(args.output).with_suffix(".recipe.json")
+    check_output_folder(str(recipe_path))
+    for flag, value in (("--calib-samples", args.calib_samples), ("--sensitivity-samples", args.sensitivity_samples)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be at least 1, got {value}")
+    calibration = load_calibration(args.calib)
+    data = load_dataset(args.eval) if args.eval else None
+    bar = Progress("searching", leave=False)
+    try:
+        result, budget = pack_within_budget(
+            args.model, args.output, args.max_drop, calibration, eval_data=data, objective=args.objective or "size",
+            method=args.calib_method or "minmax", samples=args.calib_samples or 64,
+            sensitivity_samples=args.sensitivity_samples, backend=args.backend,
+            input_shapes=parse_input_shapes(args.input_shape), outputs=parse_outputs(args.outputs), progress=bar)
+    except AccuracyDropError as exc:
+        raise exc.with_hint("the plan held the budget while searching but not once packed (a different batch "
+                            "size changes rounding): try a slightly larger --max-drop") from None
+    finally:
+        bar.close()
+    atomic_write_text(recipe_path, json.dumps(budget.recipe.to_dict(), indent=2, sort_keys=True) + "\n")
+    if args.json:
+        emit_json({**result.to_dict(), "budget": budget.to_dict(), "recipe_file": str(recipe_path)})
+        return 0
+    rows = [[str(i), r["layer"], r["op"], format_count(r["params"]), r["choice"], format_bytes(r["bytes"]),
+             f"{100 * r['damage']:.2f}%"] + ([f"{r['latency_ms']:.3f}"] if budget.objective == "latency" else [])
+            for i, r in enumerate(budget.rows())]
+    print(table(rows, ["#", "layer", "op", "params", "choice", "weights", "damage"]
+                + (["ms"] if budget.objective == "latency" else []), right={0, 3, 5, 6, 7}))
+    print(f"\nplan: {budget.evaluations} plans measured in {budget.seconds:.1f} s on {budget.dataset} "
+          f"(damage: share of top-1 predictions one layer's choice changes alone, + 0.01 x KL)")
+    print(f"recipe: {recipe_path} (reproduce: edgesdk pack {args.model} -o {args.output} --recipe {recipe_path}"
+          + (f" --calib {args.calib}" if budget.recipe.calibration else "") + ")")
+    _print_pack_result(args, result)
+    if budget.objective == "latency":
+        _print_latency(args, result)
+    return 0
+
+
+def _print_latency(args: argparse.Namespace, result) -> None:
+    """Median latency of the source and the package on --backend (what --objective latency minimised)."""
+    import numpy as np
+
+    from ..profile.latency import time_calls
+    from ..runtime.session import Session
+    medians = []
+    for model in (args.model, result.output):
+        with Session(model, backend=args.backend, input_shapes=parse_input_shapes(args.input_shape)) as sess:
+            feeds = {n: np.zeros(sess.input_shapes[n], np.float32) for n in sess.input_names}
+            medians.append(1e3 * float(np.median(time_calls(lambda: sess.run(feeds), warmup=5, min_time_s=0.5))))
+    print(f"latency: {medians[0]:.3f} ms -> {medians[1]:.3f} ms ({medians[0] / max(medians[1], 1e-9):.2f}x faster) "
+          f"on {args.backend}, batch as packed, median")
+
+
+def _print_pack_result(args: argparse.Namespace, result) -> None:
     rows = [[str(i), r.name, r.op, r.encoding, format_count(r.params), format_bytes(r.bytes_before),
              format_bytes(r.bytes_after), f"{r.ratio:.1f}x", f"{r.error_rms:.3f}"]
             for i, r in enumerate(result.layers)]
@@ -91,21 +188,24 @@ def cmd_pack(args: argparse.Namespace) -> int:
         print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% "
               f"(uncompressed {100 * result.baseline_accuracy:.2f}%, "
               f"{100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
-    return 0
 
 
-def _calibration(args: argparse.Namespace):
-    """The calibration samples of --int8 --calib (None without --int8)."""
+def _calibration(args: argparse.Namespace, recipe):
+    """The calibration samples for the recipe's int8 layers (None when it has none)."""
     from ..datasets import load_calibration
-    if args.int8 and not args.calib:
-        raise InputError("--int8 needs --calib DATA: 'digits' or an .npz with an array x of model inputs")
-    if args.calib and not args.int8:
-        raise InputError("--calib is for --int8: add --int8 to quantize the model")
-    if not args.int8:
+    int8 = recipe.default.int8 or any(overrides.get("int8") for _, overrides in recipe.layers)
+    if int8 and not args.calib:
+        what = "--int8 needs" if args.int8 else "the recipe's int8 layers need"
+        raise InputError(f"{what} --calib DATA: 'digits' or an .npz with an array x of model inputs")
+    if args.calib and not int8:
+        raise InputError("--calib is for int8 layers or the accuracy budget: add --int8, a recipe with int8 layers, "
+                         "or --max-drop PP without a recipe")
+    if not int8:
         return None
-    if args.calib_samples < 1:
-        raise InputError(f"--calib-samples must be at least 1, got {args.calib_samples}")
-    return load_calibration(args.calib)[: args.calib_samples]
+    samples = args.calib_samples or (recipe.calibration or {}).get("samples", 64)
+    if samples < 1:
+        raise InputError(f"--calib-samples must be at least 1, got {samples}")
+    return load_calibration(args.calib)[:samples]
 
 
 # -- finetune --------------------------------------------------------------------------------
@@ -114,8 +214,11 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from ..progress import Progress
 
     model, recipe, train, test = _finetune_inputs(args)
-    finetuned = _finetune(model, recipe, train, test, args)
-    graph, _ = compress_model(finetuned, recipe, unmatched="ignore")  # reported before training
+    if args.int8:
+        recipe, graph = _finetune_int8(model, recipe, train, test, args)
+    else:
+        finetuned = _finetune(model, recipe, train, test, args)
+        graph, _ = compress_model(finetuned, recipe, unmatched="ignore")  # reported before training
     try:
         result = pack_model(model, args.output, recipe, data=test, graph=graph,
                             input_shapes=parse_input_shapes(args.input_shape), max_drop=args.max_drop,
@@ -133,6 +236,35 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         print(f"accuracy on {result.dataset}: {100 * result.accuracy:.2f}% (uncompressed "
               f"{100 * result.baseline_accuracy:.2f}%, {100 * (result.accuracy - result.baseline_accuracy):+.2f} pp)")
     return 0
+
+
+def _finetune_int8(model: str, recipe, train, test, args: argparse.Namespace):
+    """finetune --int8: quantization-aware training (edgesdk.quant.qat) from --calib's ranges (default:
+    the first 256 training samples). Returns the recipe to record and the int8 graph."""
+    from ..compress.recipe import LayerSettings, Recipe
+    from ..datasets import load_calibration
+    from ..loader import load_model
+    from ..passes import optimize
+    from ..progress import Progress
+    from ..quant.qat import quantization_aware_finetune
+    if recipe.compresses_any() or args.beta is not None or args.prune_ramp is not None:
+        raise InputError("finetune --int8 trains int8 weights and ranges: it does not combine with codebook, "
+                         "pruning, NNM or fp16 settings (--recipe, --prune, --cluster-bits, --beta, ...)")
+    if args.calib_samples is not None and args.calib_samples < 1:
+        raise InputError(f"--calib-samples must be at least 1, got {args.calib_samples}")
+    calibration = load_calibration(args.calib)[: args.calib_samples or 256] if args.calib else None
+    graph = load_model(model, parse_input_shapes(args.input_shape))
+    optimize(graph)
+    options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size}.items()
+               if v is not None}
+    bar = Progress("int8 fine-tuning")
+    try:
+        qgraph, _ = quantization_aware_finetune(graph, train, calibration=calibration, test=test,
+                                                method=args.calib_method or "minmax", progress=bar, log=notes(args),
+                                                **options)
+    finally:
+        bar.close()
+    return Recipe(LayerSettings(int8=True), calibration={"method": args.calib_method or "minmax"}), qgraph
 
 
 def _finetune_inputs(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:

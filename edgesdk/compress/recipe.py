@@ -10,7 +10,10 @@ A recipe is JSON or YAML::
 ``default`` applies to every compressible layer (Conv and Gemm weights); each entry of ``layers``
 whose ``match`` (a shell pattern) matches the layer's node name or weight tensor name overrides
 it, in order. ``global_prune`` ranks the weights of all layers that prune together and cuts one
-magnitude threshold (per-layer ``prune`` values are then ignored).
+magnitude threshold (per-layer ``prune`` values are then ignored). ``int8: true`` runs a layer in
+int8 (mixed precision; it needs calibration data when packing, sampled as ``calibration``
+says: ``{"method": "mse", "samples": 64}``). ``edgesdk pack --max-drop PP --calib DATA`` writes
+recipes of this form (``edgesdk.compress.budget``).
 """
 from __future__ import annotations
 
@@ -27,7 +30,9 @@ from ..errors import EdgeSDKError
 
 NNM_MODES = ("shared", "per_input_channel")
 INITS = ("linear", "kmeans++")
-RECIPE_KEYS = ("default", "layers", "global_prune", "min_params")
+RECIPE_KEYS = ("default", "layers", "global_prune", "min_params", "calibration")
+CALIBRATION_KEYS = ("method", "samples")
+CALIBRATION_METHODS = ("minmax", "percentile", "mse")  # edgesdk.quant.calibrate.METHODS, without importing numpy code
 
 
 class RecipeError(EdgeSDKError):
@@ -53,7 +58,7 @@ def _type_problems(s: dict[str, Any]) -> list[str]:
         problems.append(f"cluster_bits must be an integer 1..8 (or null), got {bits!r}")
     if s["nnm_rate"] is not None and not _is_number(s["nnm_rate"]):
         problems.append(f"nnm_rate must be a number in (0, 1) (or null), got {s['nnm_rate']!r}")
-    for flag in ("per_channel", "fp16", "skip"):
+    for flag in ("per_channel", "fp16", "skip", "int8"):
         if not isinstance(s[flag], bool):
             problems.append(f"{flag} must be true or false, got {s[flag]!r}")
     return problems
@@ -76,6 +81,11 @@ def _range_problems(s: dict[str, Any]) -> list[str]:
         problems.append("nnm_rate cannot be combined with prune or cluster_bits on one layer")
     if s["prune"] and s["cluster_bits"] == 1:
         problems.append("a pruned layer needs cluster_bits >= 2 (entry 0 is reserved for zero)")
+    if s["int8"]:
+        clash = [k for k in ("cluster_bits", "nnm_rate") if s[k] is not None] + (["fp16"] if s["fp16"] else [])
+        if clash:
+            problems.append(f"int8 stores the layer's weights as int8, so it cannot be combined with "
+                            f"{', '.join(clash)} on one layer (prune can)")
     return problems
 
 
@@ -96,6 +106,7 @@ class LayerSettings:
     nnm_mode: str = "shared"  # or per_input_channel (seed 003's two readings)
     fp16: bool = False  # store weights / codebooks / centroids as half
     skip: bool = False  # leave this layer dense fp32
+    int8: bool = False  # run the layer in int8 (weights per channel, activations per tensor): needs calibration
 
     def __post_init__(self) -> None:
         problems = settings_problems(dataclasses.asdict(self))
@@ -106,6 +117,11 @@ class LayerSettings:
     def compresses(self) -> bool:
         """True when these settings change how the layer's weights are stored."""
         return not self.skip and bool(self.prune or self.cluster_bits or self.nnm_rate or self.fp16)
+
+    @property
+    def quantizes(self) -> bool:
+        """True when the layer runs in int8 (after compression, from calibration data)."""
+        return self.int8 and not self.skip
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(LayerSettings))
@@ -120,12 +136,15 @@ class Recipe:
     layers: tuple[tuple[str, dict[str, Any]], ...] = ()
     global_prune: float | None = None
     min_params: int = 0  # layers with fewer weights stay dense (their overhead outweighs the gain)
+    # How int8 layers are calibrated: {"method": minmax|percentile|mse, "samples": N} (both optional)
+    calibration: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.default, LayerSettings):
             raise RecipeError(f"a recipe's default must be LayerSettings, got {type(self.default).__name__}")
         _check_global_prune(self.global_prune)
         _check_min_params(self.min_params)
+        _check_calibration(self.calibration)
         for i, (pattern, overrides) in enumerate(self.layers):
             where = f"layers[{i}]"
             _check_pattern(pattern, where)
@@ -157,7 +176,14 @@ class Recipe:
             out["global_prune"] = self.global_prune
         if self.min_params:
             out["min_params"] = self.min_params
+        if self.calibration:
+            out["calibration"] = dict(self.calibration)
         return out
+
+    def compresses_any(self) -> bool:
+        """Whether the defaults or any layer entry change how weights are stored (int8 aside)."""
+        return self.default.compresses or self.global_prune is not None or any(
+            LayerSettings(**{**dataclasses.asdict(self.default), **o}).compresses for _, o in self.layers)
 
     def to_json(self) -> str:
         """:meth:`to_dict` as JSON text (what a package stores)."""
@@ -179,7 +205,7 @@ class Recipe:
             raise RecipeError(f"recipe 'layers' must be a list of {{match: PATTERN, setting: value}} entries, "
                               f"got {type(entries).__name__}")
         layers = tuple(_layer_entry(entry, f"layers[{i}]") for i, entry in enumerate(entries))
-        return cls(default, layers, data.get("global_prune"), data.get("min_params", 0))
+        return cls(default, layers, data.get("global_prune"), data.get("min_params", 0), data.get("calibration"))
 
     @classmethod
     def load(cls, path: str | Path) -> "Recipe":
@@ -269,6 +295,18 @@ def _check_global_prune(value: Any) -> None:
 def _check_min_params(value: Any) -> None:
     if not _is_integer(value) or value < 0:
         raise RecipeError(f"min_params must be a non-negative integer, got {value!r}")
+
+
+def _check_calibration(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise RecipeError(f"calibration must be a mapping such as {{method: minmax, samples: 64}}, got {value!r}")
+    _reject_unknown(value, CALIBRATION_KEYS, "calibration", "key")
+    if "method" in value and value["method"] not in CALIBRATION_METHODS:
+        raise RecipeError(f"calibration.method must be one of {', '.join(CALIBRATION_METHODS)}, got {value['method']!r}")
+    if "samples" in value and not (_is_integer(value["samples"]) and value["samples"] >= 1):
+        raise RecipeError(f"calibration.samples must be a positive integer, got {value['samples']!r}")
 
 
 def _non_default(settings: dict[str, Any]) -> dict[str, Any]:

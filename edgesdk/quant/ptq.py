@@ -42,28 +42,71 @@ class QuantizationReport:
 
 
 def quantize_graph(graph: Graph, calibration: np.ndarray, *, method: str = "minmax", backend: str = "auto",
-                   progress: Progress | None = None, skip: set[str] | None = None
-                   ) -> tuple[Graph, QuantizationReport]:
+                   progress: Progress | None = None, skip: set[str] | None = None,
+                   layers: set[str] | None = None) -> tuple[Graph, QuantizationReport]:
     """An int8 copy of the optimized float ``graph`` calibrated on ``calibration`` (N samples
     shaped like the model's input without the batch axis, or with it). ``method`` is one of
     ``minmax``, ``percentile``, ``mse``; ``skip`` names nodes to keep in float;
-    ``progress(done, total, "calibrating")`` is called per calibration run."""
+    ``progress(done, total, "calibrating")`` is called per calibration run. ``layers`` (mixed
+    precision) names the Conv/Gemm/MatMul nodes to quantize: the other layers stay float, and the
+    other integer-capable ops (Add, pools, activations, ...) follow their inputs, integer only when
+    every run-time input comes from an integer op (:func:`follow_layers`)."""
     if method not in METHODS:
         raise InputError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
     started = time.perf_counter()
+    plan = plan_quantization(graph, skip=skip, layers=layers)
+    feeds = calibration_inputs(plan.graph, calibration)
+    params = plan.calibrate(feeds, method, backend, progress)
+    return integer_graph(plan.qdq_graph(params), method, sum(len(next(iter(f.values()))) for f in feeds), started)
+
+
+@dataclass
+class QuantizationPlan:
+    """Where a float graph is quantized: ``graph`` (a copy with fused activations split off, so a
+    Relu/Clip is a node of its own), the ``capable`` nodes that become integer ops and the
+    ``tensors`` that get a QuantizeLinear/DequantizeLinear pair. Post-training quantization and
+    quantization-aware training (``edgesdk.quant.qat``) both start from it, so they quantize the
+    same tensors in the same places."""
+    graph: Graph
+    capable: set[str]
+    tensors: list[str]
+
+    def calibrate(self, feeds: list[dict[str, np.ndarray]], method: str, backend: str = "auto",
+                  progress: Progress | None = None) -> dict[str, tuple[np.float32, int]]:
+        """(scale, zero point) of every tensor to quantize, from the float graph run on ``feeds``."""
+        return _calibrate(self.graph, self.tensors, feeds, method, backend, progress)
+
+    def qdq_graph(self, params: dict[str, tuple[np.float32, int]]) -> Graph:
+        """A copy of the float graph in QDQ form: Q/DQ pairs with ``params`` on the tensors,
+        weights symmetric int8 per output channel behind a DequantizeLinear."""
+        g = self.graph.copy()
+        _insert_qdq(g, self.capable, self.tensors, params)
+        g.toposort()
+        return g
+
+
+def plan_quantization(graph: Graph, *, skip: set[str] | None = None,
+                      layers: set[str] | None = None) -> QuantizationPlan:
+    """The :class:`QuantizationPlan` of the optimized float ``graph`` (``skip`` and ``layers`` as
+    for :func:`quantize_graph`); ``graph`` itself is not modified."""
     g = graph.copy()
     _split_fused_activations(g)
-    feeds = calibration_inputs(g, calibration)
     capable = {n.name for n in g.nodes if _integer_capable(g, n) and n.name not in (skip or set())}
-    tensors = _tensors_to_quantize(g, capable)
-    params = _calibrate(g, tensors, feeds, method, backend, progress)
-    _insert_qdq(g, capable, tensors, params)
-    g.toposort()
+    if layers is not None:
+        capable = follow_layers(g, capable, layers)
+    return QuantizationPlan(g, capable, _tensors_to_quantize(g, capable))
+
+
+def integer_graph(g: Graph, method: str, samples: int, started: float | None = None
+                  ) -> tuple[Graph, QuantizationReport]:
+    """A QDQ graph (:meth:`QuantizationPlan.qdq_graph`, modified in place) fused into integer ops,
+    with its report (also in ``g.metadata["quantization"]``)."""
+    started = time.perf_counter() if started is None else started
     fuse_qdq(g)
     from ..passes import eliminate_dead_nodes, fold_constants
     fold_constants(g)  # DQ of weights no op took (none, when every capable op fused)
     eliminate_dead_nodes(g)
-    report = QuantizationReport(method, sum(len(next(iter(f.values()))) for f in feeds))
+    report = QuantizationReport(method, samples)
     for node in g.nodes:
         if node.op.startswith("QLinear") or node.op == "QGemm" or (
                 node.op in INTEGER_PASSTHROUGH and g.tensors[node.inputs[0]].dtype != np.float32):
@@ -71,7 +114,8 @@ def quantize_graph(graph: Graph, calibration: np.ndarray, *, method: str = "minm
         elif node.op not in ("QuantizeLinear", "DequantizeLinear"):
             report.float_ops.append(f"{node.name} ({node.op})")
     report.seconds = time.perf_counter() - started
-    g.metadata["quantization"] = report.to_dict()
+    # without the time: packing is deterministic (the same model and recipe give the same bytes)
+    g.metadata["quantization"] = {k: v for k, v in report.to_dict().items() if k != "seconds"}
     return g, report
 
 
@@ -117,6 +161,26 @@ def _integer_capable(g: Graph, node: Node) -> bool:
     if node.op in ACTIVATION_PARAMS:
         return node.attrs["activation"].fusable
     return False
+
+
+def follow_layers(g: Graph, capable: set[str], layers: set[str]) -> set[str]:
+    """The nodes of ``capable`` to quantize when only the weighted ``layers`` run in int8: those
+    layers, and every other capable op whose run-time inputs all come from ops already chosen (in
+    topological order), so int8 flows on through pools, adds and activations but never starts a
+    chain of its own (a lone int8 Add between float convs would only add conversions)."""
+    producers = g.producers()
+    chosen: set[str] = set()
+    for node in g.nodes:
+        if node.name not in capable:
+            continue
+        if node.op in ("Conv", "Gemm", "MatMul"):
+            if node.name in layers:
+                chosen.add(node.name)
+            continue
+        sources = [producers.get(t) for t in _quantized_operands(g, node) if g.const(t) is None]
+        if sources and all(p is not None and p.name in chosen for p in sources):
+            chosen.add(node.name)
+    return chosen
 
 
 def _quantized_operands(g: Graph, node: Node) -> list[str]:
