@@ -23,7 +23,7 @@ NATIVE_SOURCES := $(shell find cpu_native -type f 2>/dev/null) CMakeLists.txt
 # or removing a file changes its folder's mtime, so the folders are prerequisites of the stamps.
 PACKAGE_DIRS := $(shell find edgesdk -type d -not -name __pycache__ 2>/dev/null)
 
-.PHONY: demo test setup demo-setup demo-packages test-packages bench clean
+.PHONY: demo test setup demo-setup demo-packages test-packages bench peers-litert clean
 
 demo: demo-setup
 	$(BIN)/edgesdk quickstart
@@ -70,6 +70,19 @@ $(VENV)/.installed-dev: pyproject.toml $(NATIVE_SOURCES) $(PACKAGE_DIRS)
 
 bench: demo-setup
 	$(BIN)/python tools/bench.py default --threads 1
+
+# The LiteRT peer of tools/bench_int8.py speed (LiteRT int8 with XNNPACK, converted by onnx2tf): its
+# own venv, never .venv (TensorFlow and onnx2tf pin numpy, onnx and protobuf versions edgesdk's
+# venv does not have); every version pinned in tools/peers/requirements-litert.txt. About 2.6 GB.
+PEERS_LITERT := .peers-litert
+peers-litert: $(PEERS_LITERT)/.installed
+
+$(PEERS_LITERT)/.installed: tools/peers/requirements-litert.txt
+	test -x $(PEERS_LITERT)/bin/python || $(PYTHON) -m venv $(PEERS_LITERT)
+	$(PEERS_LITERT)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_LITERT)/bin/python -m pip install -q -r tools/peers/requirements-litert.txt
+	$(PEERS_LITERT)/bin/python -m pip check
+	touch $@
 
 clean:
 	rm -rf build $(VENV) tests/.cache .pytest_cache

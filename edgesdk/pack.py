@@ -134,6 +134,8 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
         graph, _ = quantize_graph(float_graph, samples, method=method, progress=progress,
                                   layers=None if whole else int8_layers)
         reports = _int8_reports(graph, float_graph, reports)
+        from .quant.encode import encode_int8_weights
+        reports = encode_int8_weights(graph, reports)  # int8 CSR where the zeros make it smaller
     label, source_bytes, source_sha256 = _describe_source(source)
     accuracy = baseline = None
     if data is not None:

@@ -4,22 +4,43 @@
     python tools/bench_int8.py accuracy                 # SQNR of every zoo model + PP-OCR, per method
     python tools/bench_int8.py accuracy --models resnet18 --methods minmax mse
     python tools/bench_int8.py speed --threads 1 2      # MobileNetV2 and ResNet-18 at 224x224
+    python tools/bench_int8.py speed --threads 1 --peers litert   # LiteRT required (make peers-litert)
 
 accuracy: each model is quantized by edgesdk's post-training quantization from 64 calibration
 inputs and run on 16 held-out inputs; SQNR = 10 log10(sum fp32^2 / sum (int8 - fp32)^2) over all
 outputs, in dB (the target is at least 30 dB). Inputs are standard normal (the zoo has random
 weights; PP-OCR takes images in [-1, 1], given as uniform noise in that range).
 
-speed: batch 1, one process, rounds interleaved: edgesdk cpu fp32, edgesdk cpu int8 (the model
-quantized by edgesdk), ONNX Runtime fp32 and ONNX Runtime int8 (the same model quantized by
+speed: batch 1, rounds interleaved: edgesdk cpu fp32, edgesdk cpu int8 (the model quantized by
+edgesdk), ONNX Runtime fp32 and ONNX Runtime int8 (the same model quantized by
 onnxruntime.quantization.quantize_static: QDQ, per-channel int8 weights, int8 activations, the
-format ONNX Runtime recommends on x86). Medians in ms and the ratios the targets are stated in.
+format ONNX Runtime recommends on x86) and, with the LiteRT peer, LiteRT int8 and fp32: the ONNX
+model converted by onnx2tf (NHWC; full-integer quantization calibrated on the same 64 inputs as
+edgesdk and ONNX Runtime, per-channel int8 weights, int8 activations, int8 input and output) run
+by ai_edge_litert's Interpreter with its default XNNPACK delegate and num_threads = the thread
+count (tools/peers/litert_runner.py says why int8 I/O, and caches the conversion).
+
+LiteRT lives in its own environment (.peers-litert/, ``make peers-litert``: TensorFlow and onnx2tf
+pin numpy/onnx/protobuf versions edgesdk's venv must not get), so it runs in a second process,
+tools/peers/litert_runner.py serve, driven over a pipe. Every runtime is timed in blocks
+(time_calls: 2 warm-up calls, then at least 5 calls and min_time / rounds seconds); a round is one
+block of each runtime, the LiteRT blocks in its process, and the order is reversed every other
+round (edgesdk, ONNX Runtime, LiteRT, then LiteRT, ONNX Runtime, edgesdk), so drift in the
+machine's speed reaches every runtime alike. One process computes at a time: the other waits on
+the pipe. ``--peers auto`` (the default) adds LiteRT when .peers-litert exists and says, on a '#'
+line, that it was skipped and how to install it when it does not; ``--peers litert`` requires it.
+
+Medians in ms and the ratios the targets are stated in (edgesdk int8 / ONNX Runtime int8 and
+edgesdk int8 / LiteRT int8: below 1 is edgesdk faster), and the SQNR in dB of every int8 runtime
+(and of LiteRT fp32, which checks the conversion itself) against edgesdk fp32 on 16 held-out
+inputs, so that a broken conversion shows beside its time.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -130,39 +151,174 @@ def ort_quantized(path: str, calib: np.ndarray, input_name: str, out_dir: Path) 
     return str(out)
 
 
+PEERS_LITERT = ROOT / ".peers-litert"
+LITERT_RUNNER = ROOT / "tools" / "peers" / "litert_runner.py"
+LITERT_INSTALL = "make peers-litert (a separate venv: TensorFlow, onnx2tf, ai-edge-litert; see tools/peers/)"
+
+
+class LiteRT:
+    """tools/peers/litert_runner.py in the peers environment: ``convert`` once per model (a
+    subprocess; cached by the runner), then one ``serve`` process for loading, feeding, timing
+    and running .tflite models, request by request over a pipe."""
+
+    def __init__(self, log: Path) -> None:
+        self.python = str(PEERS_LITERT / "bin" / "python")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(log, "wb")  # TensorFlow's and LiteRT's chatter, kept for when something fails
+        self.proc = subprocess.Popen([self.python, str(LITERT_RUNNER), "serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+
+    def convert(self, onnx_path: str, calib: np.ndarray, tmp: Path) -> dict:
+        calib_file = tmp / f"{Path(onnx_path).stem}.calib.npy"
+        np.save(calib_file, calib)
+        print(f"# LiteRT: {Path(onnx_path).name} -> int8 .tflite (calibrated on {len(calib)} inputs) and fp32 "
+              f".tflite by onnx2tf (minutes, unless cached)", flush=True)
+        done = subprocess.run([self.python, str(LITERT_RUNNER), "convert", "--onnx", onnx_path, "--calib",
+                               str(calib_file)], stdout=subprocess.PIPE, stderr=self.log, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"LiteRT conversion of {onnx_path} failed (exit {done.returncode}); see {self.log.name}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"# LiteRT: {'cached' if result['cached'] else 'converted in ' + str(result['seconds']) + ' s'}: "
+              f"{result['int8']} (onnx2tf {result['versions']['onnx2tf']}, tensorflow "
+              f"{result['versions']['tensorflow']}, ai-edge-litert {result['versions']['ai-edge-litert']})", flush=True)
+        return result
+
+    def ask(self, **request) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the LiteRT runner exited (code {self.proc.wait()}); see {self.log.name}")
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise SystemExit(f"LiteRT runner: {answer.get('error')} (request {request})")
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.ask(op="quit")
+            except (SystemExit, OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def _litert(args) -> LiteRT | None:
+    """The LiteRT peer, or None (said on a '#' line) when it is not wanted or not installed."""
+    installed = (PEERS_LITERT / "bin" / "python").exists()
+    if args.peers == "none":
+        return None
+    if not installed:
+        if args.peers == "litert":
+            raise SystemExit(f"--peers litert: {PEERS_LITERT} does not exist; install it with {LITERT_INSTALL}")
+        print(f"# LiteRT int8 skipped: {PEERS_LITERT} not found; install it with {LITERT_INSTALL}", flush=True)
+        return None
+    return LiteRT(ROOT / "tests" / ".cache" / "litert" / "bench_int8.log")
+
+
+def _outputs(run, feeds_of, held: np.ndarray) -> np.ndarray:
+    """Every output of every held-out input, flattened and concatenated (as accuracy() compares)."""
+    return np.concatenate([np.concatenate([np.asarray(o, np.float32).reshape(-1) for o in run(feeds_of(x[None]))])
+                           for x in held])
+
+
 def speed(args) -> list[dict]:
     import onnxruntime as ort
     ort.set_default_logger_severity(3)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models:
-            path = model_file(name, (1, 3, 224, 224))
-            graph = load_model(path, None, None)
-            optimize(graph)
-            bounds = (None, None)
-            calib = samples(graph, CALIBRATION, 0, bounds)
-            qgraph, _ = quantize_graph(graph, calib, method="minmax")
-            ort_q = ort_quantized(path, calib, graph.inputs[0], Path(tmp))
-            x = {graph.inputs[0]: samples(graph, 1, 2, bounds)}
-            for threads in args.threads:
-                runners = {
-                    "edgesdk_fp32": Session(graph, backend="cpu", threads=threads, optimize=False).run,
-                    "edgesdk_int8": Session(qgraph, backend="cpu", threads=threads, optimize=False).run,
-                    "ort_fp32": (lambda s: (lambda feeds: s.run(None, feeds)))(ort_session(path, threads)),
-                    "ort_int8": (lambda s: (lambda feeds: s.run(None, feeds)))(ort_session(ort_q, threads)),
-                }
-                times = {k: [] for k in runners}
-                for _ in range(args.rounds):
-                    for key, run in runners.items():
-                        times[key] += time_calls(lambda: run(x), warmup=2, min_runs=5,
-                                                 min_time_s=args.min_time / args.rounds)
-                med = {k: 1000 * float(np.median(v)) for k, v in times.items()}
-                row = {"model": name, "threads": threads, **{f"{k}_ms": round(v, 3) for k, v in med.items()},
-                       "int8_speedup_vs_edgesdk_fp32": round(med["edgesdk_fp32"] / med["edgesdk_int8"], 2),
-                       "edgesdk_int8_over_ort_int8": round(med["edgesdk_int8"] / med["ort_int8"], 2)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        litert = _litert(args)
+        try:
+            for name in args.models:
+                rows += _speed_model(args, name, tmp, litert)
+        finally:
+            if litert is not None:
+                litert.close()
+    _print_table(rows)
     return rows
+
+
+def _speed_model(args, name: str, tmp: Path, litert: LiteRT | None) -> list[dict]:
+    path = model_file(name, (1, 3, 224, 224))
+    graph = load_model(path, None, None)
+    optimize(graph)
+    bounds = (None, None)
+    calib = samples(graph, CALIBRATION, 0, bounds)
+    held = samples(graph, HELD_OUT, 1, bounds)
+    qgraph, _ = quantize_graph(graph, calib, method="minmax")
+    ort_q = ort_quantized(path, calib, graph.inputs[0], tmp)
+    input_name = graph.inputs[0]
+    one = samples(graph, 1, 2, bounds)
+    x = {input_name: one}
+    np.save(tmp / "x.npy", one)
+    np.save(tmp / "held.npy", held)
+    converted = litert.convert(path, calib, tmp) if litert is not None else None
+    rows = []
+    for threads in args.threads:
+        sessions = {"edgesdk_fp32": Session(graph, backend="cpu", threads=threads, optimize=False),
+                    "edgesdk_int8": Session(qgraph, backend="cpu", threads=threads, optimize=False)}
+        ort_sessions = {"ort_fp32": ort_session(path, threads, {}), "ort_int8": ort_session(ort_q, threads, {})}
+        runners = {k: (lambda s: lambda feeds: list(s.run(feeds).values()))(s) for k, s in sessions.items()}
+        runners.update({k: (lambda s: lambda feeds: s.run(None, feeds))(s) for k, s in ort_sessions.items()})
+        blocks = {k: (lambda run: lambda budget: time_calls(lambda: run(x), warmup=2, min_runs=5,
+                                                             min_time_s=budget))(run) for k, run in runners.items()}
+        reference = _outputs(runners["edgesdk_fp32"], lambda v: {input_name: v}, held)
+        sqnr = {k: sqnr_db(reference, _outputs(runners[k], lambda v: {input_name: v}, held))
+                for k in ("edgesdk_int8", "ort_int8")}
+        partitions = {}
+        if litert is not None:
+            for key, model in (("litert_int8", converted["int8"]), ("litert_fp32", converted["fp32"])):
+                loaded = litert.ask(op="load", id=key, model=model, threads=threads)
+                partitions[key] = loaded["xnnpack_partitions"]  # XNNPACK DELEGATE nodes: 1 = the whole graph
+                litert.ask(op="feed", id=key, input=str(tmp / "x.npy"))
+                out = tmp / f"{key}.out.npy"
+                litert.ask(op="run", id=key, inputs=str(tmp / "held.npy"), outputs=str(out))
+                sqnr[key] = sqnr_db(reference, np.load(out).reshape(-1))
+                blocks[key] = (lambda key: lambda budget: litert.ask(op="time", id=key, warmup=2, min_runs=5,
+                                                                      min_time_s=budget)["seconds"])(key)
+        times = {k: [] for k in blocks}
+        for r in range(args.rounds):
+            for key in (list(blocks) if r % 2 == 0 else list(blocks)[::-1]):
+                times[key] += blocks[key](args.min_time / args.rounds)
+        med = {k: 1000 * float(np.median(v)) for k, v in times.items()}
+        row = {"model": name, "threads": threads, **{f"{k}_ms": round(v, 3) for k, v in med.items()},
+               "int8_speedup_vs_edgesdk_fp32": round(med["edgesdk_fp32"] / med["edgesdk_int8"], 2),
+               "edgesdk_int8_over_ort_int8": round(med["edgesdk_int8"] / med["ort_int8"], 2)}
+        if litert is not None:
+            row.update(edgesdk_int8_over_litert_int8=round(med["edgesdk_int8"] / med["litert_int8"], 2),
+                       litert_xnnpack_partitions=partitions)
+        row.update({f"{k}_sqnr_db": round(v, 1) for k, v in sqnr.items()})
+        row["runs"] = {k: len(v) for k, v in times.items()}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _print_table(rows: list[dict]) -> None:
+    """The rows once more, as '#' lines: ms (SQNR dB) per runtime, and the two int8 ratios."""
+    if not rows:
+        return
+    keys = [k[:-3] for k in rows[0] if k.endswith("_ms")]
+    head = ["model", "thr"] + keys + ["int8/ort_int8"] + (["int8/litert_int8"] if "litert_int8" in keys else [])
+    lines = [head]
+    for row in rows:
+        cells = [row["model"], str(row["threads"])]
+        for k in keys:
+            db = row.get(f"{k}_sqnr_db")
+            cells.append(f"{row[k + '_ms']:.2f}" + (f" ({db:.1f} dB)" if db is not None else ""))
+        cells.append(f"{row['edgesdk_int8_over_ort_int8']:.2f}")
+        if "edgesdk_int8_over_litert_int8" in row:
+            cells.append(f"{row['edgesdk_int8_over_litert_int8']:.2f}")
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    print("# ms per call (median; SQNR against edgesdk fp32 on 16 held-out inputs); ratios below 1: edgesdk faster")
+    for line in lines:
+        print("# " + "  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip(), flush=True)
 
 
 def main(argv=None) -> int:
@@ -177,6 +333,9 @@ def main(argv=None) -> int:
     s.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     s.add_argument("--rounds", type=int, default=5)
     s.add_argument("--min-time", type=float, default=4.0, help="seconds per runtime per thread count")
+    s.add_argument("--peers", choices=["auto", "litert", "none"], default="auto",
+                   help="LiteRT int8/fp32 columns: auto (when .peers-litert exists, else a '#' line saying how to "
+                        "install it), litert (required), none")
     args = p.parse_args(argv)
     print(f"# {platform.processor() or platform.machine()} {time.strftime('%Y-%m-%d')} "
           f"python tools/bench_int8.py {' '.join(argv if argv is not None else sys.argv[1:])}", flush=True)

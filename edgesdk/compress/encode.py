@@ -1,4 +1,5 @@
-"""Build encodings from dense weights: pruning masks, k-means codebooks, CSR, NNM, fp16."""
+"""Build encodings from dense weights: pruning masks, k-means codebooks, CSR (of float or int8
+weights), NNM, fp16."""
 from __future__ import annotations
 
 import numpy as np
@@ -73,8 +74,13 @@ def encode_sparse(w: np.ndarray, keep: np.ndarray, *, bits: int | None = None, p
     """Relative-index CSR of the kept weights, values raw or clustered (codebook entry 0 = zero).
 
     The delta field width is chosen per layer to minimise the stored size (fillers included).
+    An int8 ``w`` (the weights of an integer op) keeps its values raw and int8: the encoding
+    decodes to exactly ``w`` where ``keep``, 0 elsewhere (neither ``bits`` nor ``fp16`` apply).
     """
-    m = matrix_view(w)
+    integer = np.asarray(w).dtype == np.int8
+    if integer and (bits is not None or fp16):
+        raise ValueError("int8 weights are stored raw: no clustering (bits) and no fp16")
+    m = np.asarray(w).reshape(w.shape[0], -1) if integer else matrix_view(w)
     keep_m = matrix_view(keep).astype(bool)
     rows, cols = np.nonzero(keep_m)  # row-major: rows ascending, columns ascending within a row
     if bits is not None:
@@ -82,8 +88,9 @@ def encode_sparse(w: np.ndarray, keep: np.ndarray, *, bits: int | None = None, p
         entry_values = idx[rows, cols]
     else:
         book, entry_values = None, m[rows, cols]
+    value_bits = 8 if integer else bits or (16 if fp16 else 32)
     delta_bits = min(range(1, MAX_DELTA_BITS + 1),
-                     key=lambda k: _csr_layout(rows, cols, m.shape[0], k)[2] * (k + (bits or (16 if fp16 else 32))))
+                     key=lambda k: _csr_layout(rows, cols, m.shape[0], k)[2] * (k + value_bits))
     row_ptr, deltas, entries, filler_at = _csr_layout(rows, cols, m.shape[0], delta_bits)
     values = np.zeros(entries, dtype=entry_values.dtype)
     values[~filler_at] = entry_values
@@ -92,7 +99,7 @@ def encode_sparse(w: np.ndarray, keep: np.ndarray, *, bits: int | None = None, p
     common = dict(row_lengths=pack_bits(lengths, length_bits), length_bits=length_bits,
                   deltas=pack_bits(deltas, delta_bits), delta_bits=delta_bits)
     if bits is None:
-        return SparseCSR(tuple(w.shape), values=_store(values, fp16), **common)
+        return SparseCSR(tuple(w.shape), values=values if integer else _store(values, fp16), **common)
     return SparseCSR(tuple(w.shape), codebook=_store(book, fp16), indices=pack_bits(values, bits),
                      value_bits=bits, **common)
 

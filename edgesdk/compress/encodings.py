@@ -5,6 +5,10 @@ columns everything else, in C order (Conv OIHW, Gemm weights stored (out, in)). 
 set of named arrays plus a few scalar parameters, which is all the package format needs to store
 it (see :meth:`Encoding.parts` and :func:`encoding_from_parts`). ``decode`` is the reference: a
 backend that runs an encoding directly must produce the same numbers as the decoded dense tensor.
+
+Encodings decode to float32, but for one: :class:`SparseCSR` with raw int8 values (the weights of
+QLinearConv / QGemm / QLinearMatMul, pruned then quantized) decodes to the exact int8 tensor;
+:attr:`Encoding.dtype` says which, and the package reader refuses a tensor declared otherwise.
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ Params = dict[str, Any]  # ints, floats, strings, bools
 # What validate() accepts: exactly the dtypes edgesdk.compress.encode writes.
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 _BYTES = (np.dtype(np.uint8),)
+_INT8 = np.dtype(np.int8)
+_FLOAT32 = np.dtype(np.float32)
+_RAW_VALUES = _FLOATS + (_INT8,)  # SparseCSR's raw values: float, or int8 (int8 tensors)
 _INT32_MAX = 2**31 - 1  # the OpenCL CSR kernel indexes entries with int
 
 
@@ -38,7 +45,12 @@ class Encoding(abc.ABC):
 
     @abc.abstractmethod
     def decode(self) -> np.ndarray:
-        """The dense float32 tensor of ``shape``."""
+        """The dense tensor of ``shape``, of :attr:`dtype`."""
+
+    @property
+    def dtype(self) -> np.dtype:
+        """What :meth:`decode` gives: float32, but for int8 CSR (the tensor's declared dtype)."""
+        return _FLOAT32
 
     @abc.abstractmethod
     def arrays(self) -> dict[str, np.ndarray]:
@@ -83,7 +95,7 @@ class Encoding(abc.ABC):
 
 
 def _values_dtype(a: np.ndarray) -> str:
-    return "fp16" if a.dtype == np.float16 else "fp32"
+    return "fp16" if a.dtype == np.float16 else "int8" if a.dtype == np.int8 else "fp32"
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,16 +166,17 @@ class SparseCSR(Encoding):
     Each row's entries store the column *difference* to the previous entry of the row (the first
     one: its absolute column), at ``delta_bits`` bits, so columns are a prefix sum. A gap too
     large for the field is bridged by filler entries: delta 2^k - 1 and value exactly zero.
-    Values are either raw (``values`` fp32/fp16) or b-bit codebook indices (``indices``) whose
-    codebook entry 0 is 0.0. Each row's entry count (fillers included) is stored bit-packed at
-    ``length_bits``; ``row_ptr``, each row's first entry, is their prefix sum, computed once when
-    a runtime asks (4 bytes a row were a quarter of a small pruned layer).
+    Values are either raw (``values`` fp32/fp16, or int8: the weights of an integer op, pruned
+    then quantized, which decode to the exact int8 tensor) or b-bit codebook indices
+    (``indices``) whose codebook entry 0 is 0.0. Each row's entry count (fillers included) is
+    stored bit-packed at ``length_bits``; ``row_ptr``, each row's first entry, is their prefix
+    sum, computed once when a runtime asks (4 bytes a row were a quarter of a small pruned layer).
     """
     row_lengths: np.ndarray  # uint8, packed at length_bits: entries of each row
     length_bits: int
     deltas: np.ndarray  # uint8 packed at delta_bits
     delta_bits: int
-    values: np.ndarray | None = None  # (entries,) float32 / float16
+    values: np.ndarray | None = None  # (entries,) float32 / float16 / int8
     codebook: np.ndarray | None = None  # (G, 2**value_bits)
     indices: np.ndarray | None = None  # uint8 packed at value_bits
     value_bits: int = 0
@@ -189,6 +202,15 @@ class SparseCSR(Encoding):
     def entries(self) -> int:
         return int(self.row_ptr[-1])
 
+    @property
+    def dtype(self) -> np.dtype:
+        """int8 for raw int8 values (decoded as they are stored), else float32. Raw values of
+        another integer type (which validate() refuses) give theirs, for the reader's message."""
+        values = self.values
+        if self.codebook is None and isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+            return values.dtype
+        return _FLOAT32
+
     def decode(self) -> np.ndarray:
         rows, cols, row_ptr = self.rows, self.cols, self.row_ptr
         e = int(row_ptr[-1])
@@ -199,14 +221,14 @@ class SparseCSR(Encoding):
         running = np.concatenate([[0], np.cumsum(deltas)])
         col = running[1:] - running[row_ptr[:-1]][entry_row]
         _check(e == 0 or (col.min() >= 0 and col.max() < cols), "column index out of range")
-        dense = np.zeros((rows, cols), dtype=np.float32)
+        dense = np.zeros((rows, cols), dtype=self.dtype)
         dense[entry_row, col] = self._entry_values(entry_row)
         return dense.reshape(self.shape)
 
     def _entry_values(self, entry_row: np.ndarray) -> np.ndarray:
         if self.codebook is None:
             _check(self.values is not None and self.values.shape == (self.entries,), "values length mismatch")
-            return self.values.astype(np.float32)
+            return self.values.astype(self.dtype)
         idx = unpack_bits(self.indices, self.value_bits, self.entries)
         book = self.codebook.astype(np.float32)
         group = np.zeros_like(entry_row) if book.shape[0] == 1 else entry_row
@@ -237,11 +259,12 @@ class SparseCSR(Encoding):
         self._validate_columns(lengths, _unpack_fields(self.deltas, delta_bits, entries))
 
     def _validate_values(self, entries: int) -> None:
-        """Raw values, or codebook indices whose entry 0 is the exact zero fillers stand for."""
+        """Raw values (float, or int8 for an int8 tensor), or codebook indices whose entry 0 is the
+        exact zero fillers stand for."""
         if self.codebook is None and self.indices is None:
             _require(type(self.value_bits) is int and self.value_bits == 0,
                      f"value_bits is {self.value_bits!r} but the values are stored raw (expected 0)")
-            _require_array(self.values, "values", _FLOATS, (entries,), f"one value per entry ({entries})")
+            _require_array(self.values, "values", _RAW_VALUES, (entries,), f"one value per entry ({entries})")
             return
         _require(self.values is None, "both raw values and a codebook are stored")
         bits = _require_int(self.value_bits, "value_bits", 1, 8)

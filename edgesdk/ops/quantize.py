@@ -39,7 +39,7 @@ qlinear_conv = op("QLinearConv", family="quantize",
                   signature=Signature(8, 1, {**WINDOW_ATTRS, "group": INT, **_CLAMP}))
 qlinear_matmul = op("QLinearMatMul", family="quantize", signature=Signature(8, 0, _CLAMP))
 qgemm = op("QGemm", family="quantize", domain=CONTRIB,
-           signature=Signature(9, 0, {"transA": BOOL, "transB": BOOL, **_CLAMP}),
+           signature=Signature(9, 0, {"transA": BOOL, "transB": BOOL, **_CLAMP}, omittable=(6,)),
            note="alpha 1 and a quantized output (y_scale given)")
 qlinear_binary = op("QLinearAdd", "QLinearMul", family="quantize", domain=CONTRIB, signature=Signature(8, 0, _CLAMP))
 qlinear_global_average_pool = op("QLinearGlobalAveragePool", family="quantize", domain=CONTRIB,

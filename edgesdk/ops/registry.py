@@ -75,6 +75,7 @@ class Signature:
     variadic: bool = False  # Concat: any number (>= required) of inputs
     outputs: int = 1
     variadic_outputs: bool = False  # Split
+    omittable: tuple[int, ...] = ()  # required positions that may still be "" (QGemm's bias C)
 
 
 # -- the record ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from .fb.Model import Model
 from .fb.ValueKind import ValueKind
 from .layout import (ALIGN, ARRAY_ALIGN, FILE_IDENTIFIER, FORMAT_VERSION, HEADER_SIZE, MAGIC, Header,
                      dtype_from_code, file_checksum, inflate_graph_section)
+from ..ops.quantize import QUANTIZED_INPUTS
 from .validate import Invalid, check_graph
 
 _MAX_DIM = 1 << 40  # no real tensor has a larger dimension; a corrupt one must not overflow math
@@ -332,9 +333,11 @@ class _Package:
                 data = self.array(c.blobs[i], c.offsets[i], dtype, shape, f"tensor {name!r}")
                 tensors.append(Tensor.trusted(name, shape, dtype, data))
             elif i in encodings:
-                if dtype != np.float32:  # every encoding decodes to float32
-                    raise _Corrupt(f"tensor {name!r} is encoded but declared {dtype}, not float32")
-                tensors.append(Tensor.trusted(name, shape, dtype, encoding=self._encoding(encodings[i], name, shape)))
+                encoding = self._encoding(encodings[i], name, shape)
+                if dtype != encoding.dtype:  # float32, or int8 for int8 CSR: what decode() gives
+                    raise _Corrupt(f"tensor {name!r} is declared {dtype} but its {encoding.kind} encoding "
+                                   f"decodes to {encoding.dtype}")
+                tensors.append(Tensor.trusted(name, shape, dtype, encoding=encoding))
             else:
                 tensors.append(Tensor.trusted(name, shape, dtype))
         graph.tensors = {t.name: t for t in tensors}
@@ -354,9 +357,15 @@ class _Package:
             graph.metadata["compression"] = {**(compression if isinstance(compression, dict) else {}),
                                              "recipe": package["recipe"], "layers": package["layers"]}
         graph.metadata["package"] = package
+        integer = [t for t in tensors if t.encoding is not None and t.dtype != np.float32]
+        if integer or any(node.op in QUANTIZED_INPUTS for node in graph.nodes):
+            # check_graph reads the integer ops' scales, zero points and int8 weights (graph.const
+            # decodes them): they must be in memory, and encoded ones sound, before it runs
+            self.contents.wait()
+            _check_encodings(integer)
         _check_runnable(graph)
         self.contents.wait()  # the encodings' checks read their arrays
-        _check_encodings(graph)
+        _check_encodings(t for t in tensors if t.encoding is not None and t.dtype == np.float32)
         return graph
 
     def _nodes(self) -> Iterator[Node]:
@@ -703,10 +712,10 @@ def _check_runnable(graph: Graph) -> None:
         raise _Corrupt(str(exc)) from None
 
 
-def _check_encodings(graph: Graph) -> None:
+def _check_encodings(tensors: Iterable[Tensor]) -> None:
     """Every encoding against its tensor (Encoding.validate): bit widths, dtypes, stream lengths,
     index ranges; what the kernels that read encodings directly cannot check themselves."""
-    for tensor in graph.tensors.values():
+    for tensor in tensors:
         if tensor.encoding is not None:
             try:
                 tensor.encoding.validate()

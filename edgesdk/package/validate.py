@@ -98,7 +98,7 @@ def _check_arity(node: Node, signature: Signature) -> None:
         allowed = f"{signature.required}" + (f"-{most}" if most > signature.required else "")
         raise Invalid(f"{_where(node)} has {n} inputs; it takes {allowed}")
     required = node.inputs if signature.variadic else node.inputs[:signature.required]
-    if not all(required):
+    if not all(name or i in signature.omittable for i, name in enumerate(required)):
         raise Invalid(f"{_where(node)}: a required input is omitted")
     outputs = len(node.outputs)
     if not all(node.outputs) or outputs < signature.outputs or (outputs > signature.outputs
