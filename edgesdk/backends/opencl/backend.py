@@ -49,6 +49,7 @@ from .device import Device, open_device, unavailable_reason
 from .kernels import KERNELS, VIEW_OPS, Launch, LoweringContext, NotLowerable, TensorRef, WeightRecord
 from .memory import DeviceBuffer, MappedBufferError
 from .lower.conv import scratch_bytes
+from .lower.quantize import INTEGER_KERNELS
 from .lower.reduce import REDUCE_OPS, reduce_scratch_bytes
 from ...profile.records import MemoryReport, ProfileReport
 from .programs import program_cache
@@ -249,7 +250,9 @@ class OpenCLBackend(Backend):
                     raise NotLowerable(f"no OpenCL kernel for {node.op}")
                 if any(name and self.plan.graph.tensors[name].dtype in (np.uint8, np.int8)
                        for name in node.inputs + node.outputs):
-                    raise NotLowerable("8-bit tensors: no OpenCL int8 kernel yet")
+                    lowering = INTEGER_KERNELS.get(node.op)  # lower/quantize.py: the int8 kernels
+                    if lowering is None:
+                        raise NotLowerable("8-bit tensors: no OpenCL int8 kernel yet")
                 steps.append(_Step(node, "opencl", lowering(ctx, node)))
             except NotLowerable as exc:
                 steps.append(_Step(node, FALLBACK_PLACEMENT, [], str(exc),
