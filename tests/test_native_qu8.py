@@ -246,6 +246,128 @@ def test_qu8_depthwise_matches_numpy(isa):
         np.testing.assert_array_equal(y, output(wrap32(acc), mult, shift, y_zp, qmin, qmax), err_msg=f"{isa} {case}")
 
 
+def ref_depthwise(x, w, bias, x_zp, mult, shift, y_zp, qmin, qmax, stride, dil, pads, mult_c=1):
+    n, h, wd, c = x.shape
+    kh, kw, oc = w.shape
+    oh = out_size(h, kh, stride[0], dil[0], pads[0], pads[2])
+    ow = out_size(wd, kw, stride[1], dil[1], pads[1], pads[3])
+    xp = np.pad(x.astype(np.int64) - x_zp, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3]), (0, 0)))
+    xp = np.repeat(xp, mult_c, axis=3)
+    acc = np.zeros((n, oh, ow, oc), np.int64) + (0 if bias is None else bias.astype(np.int64))
+    for ky, kx, v in windows(xp, kh, kw, stride, dil, oh, ow):
+        acc += v * w[ky, kx].astype(np.int64)
+    return output(wrap32(acc), mult, shift, y_zp, qmin, qmax)
+
+
+def calibrated_scales(r, n: int, magnitude: float):
+    """Per-channel (multiplier, shift) as calibrated networks have them (multiplier in [2^30, 2^31),
+    right shifts): the blocks the x86 kernels requantize in fp32 (qu8_ukernels.h)."""
+    mult = r.integers(1 << 30, 1 << 31, size=n, dtype=np.int64).astype(np.int32)
+    base = int(np.clip(np.round(np.log2(64 / max(magnitude, 1.0))), -20, 0))
+    return mult, np.clip(base + r.integers(-2, 3, size=n), -20, 0).astype(np.int32)
+
+
+# (N, H, W, C, kernel, stride, dilation, pads): the geometries of the packed x86 kernels (3x3 stride
+# 1 and 2 stream their columns; anything else interleaves segments in scratch), channel counts
+# across their 64 / 32 / 16-wide blocks and tails, rows wide enough for their 8-, 4-, 2- and
+# 1-pixel groups with and without padding columns.
+DW_GEOMETRIES = [
+    (1, 9, 37, 64, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    (1, 8, 23, 144, (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),
+    (2, 6, 19, 33, (3, 3), (1, 1), (1, 1), [0, 2, 1, 0]),      # asymmetric padding, 33 = 32 + 1
+    (1, 7, 18, 17, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1]),      # TF "same" stride 2
+    (1, 11, 21, 96, (3, 3), (1, 2), (1, 1), [1, 1, 1, 1]),
+    (1, 10, 17, 48, (3, 3), (2, 1), (1, 1), [1, 0, 1, 2]),
+    (1, 9, 14, 100, (3, 3), (1, 1), (2, 2), [2, 2, 2, 2]),     # dilation: the scratch path
+    (1, 12, 13, 40, (3, 3), (1, 1), (3, 1), [3, 1, 3, 1]),     # dilation along H only: streams
+    (1, 12, 16, 80, (5, 5), (1, 1), (1, 1), [2, 2, 2, 2]),
+    (1, 13, 15, 65, (5, 5), (2, 2), (1, 1), [2, 1, 2, 3]),
+    (1, 9, 10, 7, (5, 5), (1, 1), (2, 2), [4, 4, 4, 4]),
+    (1, 6, 9, 24, (3, 5), (1, 2), (1, 1), [1, 2, 1, 2]),       # rectangular kernels
+    (1, 7, 8, 130, (5, 3), (2, 1), (1, 1), [2, 1, 2, 1]),
+    (1, 5, 7, 3, (1, 1), (1, 1), (1, 1), [0, 0, 0, 0]),
+    (1, 8, 9, 16, (7, 7), (3, 3), (1, 1), [3, 3, 3, 3]),       # stride 3, 7x7
+    (1, 4, 4, 32, (3, 3), (1, 1), (1, 1), [3, 3, 3, 3]),       # windows entirely in the padding
+    (1, 3, 40, 1, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),       # one channel, a long row
+    (1, 2, 2, 200, (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),      # one output pixel
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_depthwise_geometries_match_numpy_and_scalar(isa):
+    """Every geometry with calibrated scales (the fp32-requantized blocks) and with extreme ones
+    (every 6th channel: the integer forms), against numpy and, byte for byte, the scalar level."""
+    r = rng(9)
+    for case, (n, h, wd, c, kernel, stride, dil, pads) in enumerate(DW_GEOMETRIES):
+        for extreme in (False, True):
+            x_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [128, 0, 255, 9][(case + extreme) % 4]
+            qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][(case + extreme) % 4]
+            x, w = u8(r, (n, h, wd, c)), i8(r, (*kernel, c))
+            bias = None if case % 5 == 2 else r.integers(-20000, 20001, size=c, dtype=np.int32)
+            magnitude = np.sqrt(kernel[0] * kernel[1]) * 74 * 74
+            mult, shift = channel_scales(r, c, magnitude) if extreme else calibrated_scales(r, c, magnitude)
+            want = ref_depthwise(x, w, bias, x_zp, mult, shift, y_zp, qmin, qmax, stride, dil, pads)
+            plan = K.Qu8DepthwisePlan(w, bias, x_zp, mult, shift, y_zp, qmin, qmax, [n, h, wd, c], stride, dil,
+                                      pads, isa=isa)
+            assert plan.output_shape == list(want.shape)
+            what = f"{isa} case {case} extreme={extreme} {plan.kernel_name}"
+            got = np.empty(want.shape, np.uint8)
+            plan.run(x, got, threads=1 + case % 2)
+            np.testing.assert_array_equal(got, want, err_msg=what)
+            scalar = np.empty(want.shape, np.uint8)
+            K.Qu8DepthwisePlan(w, bias, x_zp, mult, shift, y_zp, qmin, qmax, [n, h, wd, c], stride, dil, pads,
+                               isa="scalar").run(x, scalar)
+            np.testing.assert_array_equal(got, scalar, err_msg=what)
+            x2 = (255 - x).copy()  # the plan holds no input state
+            plan.run(x2, got, threads=2)
+            np.testing.assert_array_equal(
+                got, ref_depthwise(x2, w, bias, x_zp, mult, shift, y_zp, qmin, qmax, stride, dil, pads), err_msg=what)
+
+
+def edge_constants(r, shifts, mults):
+    """(bias, mult, shift) per channel putting bias + d (small d) at srdhm's and rdbpot's exact halves
+    (test_requantization_edges_through_the_gemm's construction)."""
+    bias, mult, shift = [], [], []
+    for s in shifts:
+        for m in mults:
+            e = max(-s, 0)
+            t = int(r.integers(-100, 100))
+            target = t * 2.0 ** e + (2.0 ** (e - 1) if e > 0 else 0.5)
+            if s > 0:
+                target /= 2.0 ** s
+            # (multipliers <= 0 have no halves to aim at: the accumulator anywhere in int32)
+            b = round(target * 2 ** 31 / m) if m > 0 else int(r.integers(I32_MIN, I32_MAX, endpoint=True))
+            bias.append(int(np.clip(b, I32_MIN, I32_MAX)))
+            mult.append(m)
+            shift.append(s)
+    return tuple(np.array(v, np.int64).astype(np.int32) for v in (bias, mult, shift))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_requantization_edges_through_the_depthwise(isa):
+    """acc = bias + (x - x_zp) * 1 (the centre tap; the others weigh 0) at the exact halves, for
+    blocks of calibrated constants (the fp32 form, whose near-step lanes retry in integers) and
+    for every shift with extreme multipliers, at each channel of a 3x3 window and a 1x1 one."""
+    r = rng(10)
+    calibrated = edge_constants(r, range(-20, 1), [1 << 30, (1 << 30) + 1, 1518500250, I32_MAX,
+                                                   int(r.integers(1 << 30, 1 << 31))])
+    extreme = edge_constants(r, range(-31, 31), [1 << 30, 1518500250, I32_MAX, 0, 1, -1, I32_MIN])
+    for bias, mult, shift in (calibrated, extreme):
+        c = len(bias)
+        deltas = np.array([0, 1, -1, 2, -2, 100, -128, 127, 3, -3, 5])
+        x = (128 + np.broadcast_to(deltas[None, :, None, None], (1, len(deltas), 5, c))).astype(np.uint8)
+        for kernel, pads in (((3, 3), [1, 1, 1, 1]), ((1, 1), [0, 0, 0, 0])):
+            w = np.zeros((*kernel, c), np.int8)
+            w[kernel[0] // 2, kernel[1] // 2] = 1
+            y = np.empty((1, len(deltas), 5, c), np.uint8)
+            K.Qu8DepthwisePlan(w, bias, 128, mult, shift, 128, 0, 255, list(x.shape), pads=pads, isa=isa).run(
+                x, y, threads=2)
+            # Inside the image every output sees only its own centre; along the padded border too.
+            want = output(wrap32(bias.astype(np.int64)[None, None, None, :] + deltas[None, :, None, None]), mult,
+                          shift, 128)
+            np.testing.assert_array_equal(y, np.broadcast_to(want, y.shape), err_msg=f"{isa} {kernel} C={c}")
+
+
 # ---- element-wise ---------------------------------------------------------------------------------
 
 def b_operand(r, bc, rows, c):
@@ -312,6 +434,74 @@ def test_qu8_requantize_matches_numpy(isa):
         y = np.empty_like(x)
         K.qu8_requantize(x, x_zp, y, y_zp, m, s, qmin, qmax, threads=1 + case % 2, isa=isa)
         np.testing.assert_array_equal(y, output(x.astype(np.int64) - x_zp, m, s, y_zp, qmin, qmax), err_msg=f"{s}")
+
+
+# ---- QuantizeLinear -------------------------------------------------------------------------------
+
+def ref_quantize(x, scale, zp, dtype):
+    """The cpu lowering's numpy pass (edgesdk/backends/cpu/lower/quantize.py), the spec of the kernel."""
+    lo, hi = (0, 255) if dtype == np.uint8 else (-128, 127)
+    with np.errstate(all="ignore"):
+        t = np.divide(x, np.float32(scale))
+        np.rint(t, out=t)
+        np.add(t, np.float32(zp), out=t)
+        np.nan_to_num(t, copy=False, nan=lo)
+        np.clip(t, lo, hi, out=t)
+    return t.astype(dtype)
+
+
+def quantize_inputs(r, scale):
+    """Random values over the codes and past them, and the special ones: NaNs (quiet, negative,
+    signalling and payload bit patterns), infinities, signed zeros, subnormals, the float extremes,
+    ties of the rounding (x / scale exactly k + 1/2, both parities, both signs) and their
+    neighbours one ulp away."""
+    bits = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFBFFFFF, 0x7FA5A5A5, 0x00000001, 0x80000001,
+                     0x007FFFFF, 0x80000000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00800000], np.uint32).view(np.float32)
+    halves = (np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)) * np.float32(scale)
+    special = np.concatenate([bits, np.array([np.inf, -np.inf, 0.0, -0.0, 1e30, -1e30, 2.0 ** 31, -(2.0 ** 31)],
+                                             np.float32), halves, np.nextafter(halves, np.float32(np.inf)),
+                              np.nextafter(halves, np.float32(-np.inf))])
+    noise = (r.standard_normal(3000) * 200 * scale).astype(np.float32)
+    return np.concatenate([special, noise]).astype(np.float32)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_linear_matches_the_numpy_lowering(isa):
+    r = rng(11)
+    name = K.quantize_linear_kernel(isa=isa)
+    for dtype, zps in ((np.uint8, (0, 128, 255, 3)), (np.int8, (-128, 0, 127, -5))):
+        for scale in (np.float32(0.5), np.float32(1 / 64), np.float32(0.0173), np.float32(3.7), np.float32(2e-5)):
+            x = quantize_inputs(r, scale)
+            r.shuffle(x)
+            for zp in zps:
+                want = ref_quantize(x, scale, zp, dtype)
+                for size in (len(x), 1, 15, 16, 17, 31, 63, 64, 65, 100):
+                    got = np.empty(size, dtype)
+                    K.quantize_linear(x[:size], float(scale), float(zp), got, threads=1 + size % 2, isa=isa)
+                    np.testing.assert_array_equal(got, want[:size], err_msg=f"{name} {dtype.__name__} {scale} {zp}")
+                scalar = np.empty(len(x), dtype)
+                K.quantize_linear(x, float(scale), float(zp), scalar, isa="scalar")
+                got = np.empty(len(x), dtype)
+                K.quantize_linear(x, float(scale), float(zp), got, threads=2, isa=isa)
+                np.testing.assert_array_equal(got, scalar, err_msg=name)
+    x = r.standard_normal((2, 3, 40, 41)).astype(np.float32)  # any shape, split across threads
+    got = np.empty(x.shape, np.uint8)
+    K.quantize_linear(x, 0.02, 128, got, threads=2, isa=isa)
+    np.testing.assert_array_equal(got, ref_quantize(x, np.float32(0.02), 128, np.uint8))
+
+
+def test_quantize_linear_checks_its_arguments():
+    x = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match="x: expected dtype float32"):
+        K.quantize_linear(x.astype(np.float64), 1.0, 0, np.empty(4, np.uint8))
+    with pytest.raises(TypeError, match="y: expected dtype uint8 or int8"):
+        K.quantize_linear(x, 1.0, 0, np.empty(4, np.int16))
+    with pytest.raises(ValueError, match="y: expected shape"):
+        K.quantize_linear(x, 1.0, 0, np.empty(5, np.uint8))
+    with pytest.raises(ValueError, match="zero_point must be"):
+        K.quantize_linear(x, 1.0, 200, np.empty(4, np.int8))
+    with pytest.raises(ValueError, match="zero_point must be"):
+        K.quantize_linear(x, 1.0, 2.5, np.empty(4, np.uint8))
 
 
 # ---- pooling --------------------------------------------------------------------------------------
@@ -438,6 +628,17 @@ def test_bad_arguments_raise_typed_errors():
     with pytest.raises(ValueError, match="w's last dim must be a multiple of C"):
         K.qu8_depthwise_conv(np.ones((1, 4, 4, 3), np.uint8), np.ones((3, 3, 4), np.int8), None, 0,
                              np.ones(4, np.int32), np.zeros(4, np.int32), 0, 0, 255, np.empty((1, 2, 2, 4), np.uint8))
+    with pytest.raises(ValueError, match="w's last dim must be a multiple of C"):
+        K.Qu8DepthwisePlan(np.ones((3, 3, 4), np.int8), None, 0, np.ones(4, np.int32), np.zeros(4, np.int32), 0, 0, 255,
+                           [1, 4, 4, 3])
+    dw_plan = K.Qu8DepthwisePlan(np.ones((3, 3, 4), np.int8), None, 0, np.ones(4, np.int32), np.zeros(4, np.int32), 0, 0,
+                                 255, [1, 4, 4, 4], pads=[1, 1, 1, 1])
+    assert dw_plan.output_shape == [1, 4, 4, 4]
+    with pytest.raises(ValueError, match="x: expected shape"):
+        dw_plan.run(np.ones((1, 4, 5, 4), np.uint8), np.empty((1, 4, 4, 4), np.uint8))
+    with pytest.raises(ValueError, match="shift must be in"):
+        K.Qu8DepthwisePlan(np.ones((3, 3, 4), np.int8), None, 0, np.ones(4, np.int32), np.full(4, -32, np.int32), 0, 0,
+                           255, [1, 4, 4, 4])
     with pytest.raises(ValueError, match="x_zp must be in"):
         K.qu8_requantize(a, -3, np.empty_like(a), 0, 1 << 30, -1)
     with pytest.raises(ValueError, match="unknown ISA"):

@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -224,6 +225,80 @@ void register_qu8_kernels(py::module_& km) {
      py::arg("isa") = py::none(),
      "NHWC uint8 depthwise convolution, w int8 (KH, KW, C*multiplier): padding taps add 0 (they stand for "
      "input_zero_point); multiplier / shift per output channel.");
+
+  py::class_<k::Qu8DepthwisePlan, std::shared_ptr<k::Qu8DepthwisePlan>>(
+      km, "Qu8DepthwisePlan",
+      "An NHWC uint8 depthwise convolution for one input shape with its weights packed once (run keeps no "
+      "state: concurrent runs are safe).")
+      .def(py::init([](const py::array& w, std::optional<py::array> bias, int64_t input_zero_point,
+                       const py::array& multiplier, const py::array& shift, int64_t output_zero_point, int64_t qmin,
+                       int64_t qmax, std::vector<size_t> input_shape, Pair stride, Pair dilation,
+                       std::vector<size_t> pads, std::optional<std::string> isa) {
+             require_array<int8_t>(w, "w", false);
+             if (w.ndim() != 3) throw py::value_error("w must be (KH, KW, C*multiplier)");
+             if (input_shape.size() != 4) throw py::value_error("input_shape must be (N, H, W, C)");
+             const auto ws = shape_of(w);
+             const size_t c = input_shape[3];
+             if (c == 0 || ws[2] == 0 || ws[2] % c != 0) throw py::value_error("w's last dim must be a multiple of C");
+             const size_t oc = ws[2];
+             const k::ConvGeometry g = geometry({ws[0], ws[1]}, stride, dilation, pads);
+             const int32_t* b = bias ? int32_vector(*bias, oc, "bias") : nullptr;
+             const int32_t* mp = int32_vector(multiplier, oc, "multiplier");
+             const int32_t* sp = shift_vector(shift, oc, "shift");
+             const uint8_t x_zp = byte_arg(input_zero_point, "input_zero_point");
+             const uint8_t y_zp = byte_arg(output_zero_point, "output_zero_point");
+             const auto [lo, hi] = clamp_args(qmin, qmax);
+             const k::KernelTable* t = table_for(isa);
+             return std::make_shared<k::Qu8DepthwisePlan>(input_shape[0], input_shape[1], input_shape[2], c, oc / c, g,
+                                                          static_cast<const int8_t*>(w.data()), b, x_zp, mp, sp, y_zp,
+                                                          lo, hi, t);
+           }),
+           py::arg("w"), py::arg("bias"), py::arg("input_zero_point"), py::arg("multiplier"), py::arg("shift"),
+           py::arg("output_zero_point"), py::arg("qmin"), py::arg("qmax"), py::arg("input_shape"),
+           py::arg("stride") = Pair{1, 1}, py::arg("dilation") = Pair{1, 1},
+           py::arg("pads") = std::vector<size_t>{0, 0, 0, 0}, py::arg("isa") = py::none(),
+           "Plans qu8_depthwise_conv for inputs of input_shape (N, H, W, C); w int8 (KH, KW, C*multiplier).")
+      .def_property_readonly("output_shape", [](const k::Qu8DepthwisePlan& p) {
+        return std::vector<size_t>{p.batch(), p.out_h(), p.out_w(), p.out_channels()};
+      })
+      .def_property_readonly("kernel_name", [](const k::Qu8DepthwisePlan& p) { return std::string(p.kernel_name()); })
+      .def("run", [](const k::Qu8DepthwisePlan& p, const py::array& x, py::array& y, size_t threads) {
+        expect_shape(x, {p.batch(), p.in_h(), p.in_w(), p.in_channels()}, "x");
+        expect_shape(y, {p.batch(), p.out_h(), p.out_w(), p.out_channels()}, "y");
+        const uint8_t* xp = in_u8(x, "x");
+        uint8_t* yp = out_u8(y, "y");
+        py::gil_scoped_release release;
+        p.run(xp, yp, threads);
+      }, py::arg("x"), py::arg("y"), py::arg("threads") = 1);
+
+  km.def("quantize_linear", [](const py::array& x, double scale, double zero_point, py::array& y, size_t threads,
+                               std::optional<std::string> isa) {
+    require_array<float>(x, "x", false);
+    const bool is_u8 = y.dtype().is(py::dtype::of<uint8_t>());
+    const bool is_i8 = y.dtype().is(py::dtype::of<int8_t>());
+    if (!is_u8 && !is_i8) throw py::type_error("y: expected dtype uint8 or int8, got " + std::string(py::str(y.dtype())));
+    if (is_u8) require_array<uint8_t>(y, "y", true);
+    else require_array<int8_t>(y, "y", true);
+    expect_shape(y, shape_of(x), "y");
+    const float s = static_cast<float>(scale), z = static_cast<float>(zero_point);
+    const int32_t lo = is_u8 ? 0 : -128, hi = is_u8 ? 255 : 127;
+    if (!(z == std::nearbyint(z) && z >= lo && z <= hi))
+      throw py::value_error("zero_point must be an integer in the output dtype's range");
+    const auto* xp = static_cast<const float*>(x.data());
+    auto* yp = static_cast<uint8_t*>(y.mutable_data());
+    const k::KernelTable* t = table_for(isa);
+    const size_t count = static_cast<size_t>(x.size());
+    py::gil_scoped_release release;
+    k::qu8_quantize_linear(xp, count, s, z, lo, hi, yp, threads, t);
+  }, py::arg("x"), py::arg("scale"), py::arg("zero_point"), py::arg("y"), py::arg("threads") = 1,
+     py::arg("isa") = py::none(),
+     "QuantizeLinear per tensor, ONNX's arithmetic in fp32: y = clamp(rint(x / scale) + zero_point) to y's dtype "
+     "(uint8 or int8), halves to even, NaN -> the lowest code (as ONNX Runtime); scale and zero_point are rounded "
+     "to float32 first. Any C-contiguous shape.");
+
+  km.def("quantize_linear_kernel", [](std::optional<std::string> isa) {
+    return std::string(k::qu8_quantize_kernel_name(table_for(isa)));
+  }, py::arg("isa") = py::none(), "The QuantizeLinear kernel a level runs.");
 
   km.def("qu8_add", [](const py::array& a, int64_t a_zp, const py::array& b, int64_t b_zp, py::array& y, int64_t y_zp,
                        int64_t a_mult, int64_t a_shift, int64_t b_mult, int64_t b_shift, int64_t out_mult,

@@ -198,15 +198,29 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
 
 // ---------------------------------------------------------------------------------------------
 
-void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
-                        const ConvGeometry& g, const int8_t* weights, const int32_t* bias, uint8_t x_zp,
-                        const int32_t* out_multiplier, const int32_t* out_shift, uint8_t y_zp, uint8_t qmin,
-                        uint8_t qmax, uint8_t* output, size_t threads, const KernelTable* t) {
+Qu8DwPacker qu8_dw_packer(Isa isa) {
+  Qu8DwPacker p;
+  switch (isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    case Isa::Avx2: p.bytes = qu8_dw_bytes__avx2; p.pack = qu8_dw_pack__avx2; break;
+    case Isa::Avx512: p.bytes = qu8_dw_bytes__avx512skx; p.pack = qu8_dw_pack__avx512skx; break;
+    case Isa::Avx512Vnni: p.bytes = qu8_dw_bytes__avx512vnni; p.pack = qu8_dw_pack__avx512vnni; break;
+#endif
+    default: break;
+  }
+  return p;
+}
+
+Qu8DepthwisePlan::Qu8DepthwisePlan(size_t n, size_t h, size_t w, size_t c, size_t multiplier, const ConvGeometry& g,
+                                   const int8_t* weights, const int32_t* bias, uint8_t x_zp,
+                                   const int32_t* out_multiplier, const int32_t* out_shift, uint8_t y_zp,
+                                   uint8_t qmin, uint8_t qmax, const KernelTable* t) {
   require(multiplier > 0 && c > 0, "qu8_depthwise_conv: empty channels");
+  require(g.kh > 0 && g.kw > 0, "qu8_depthwise_conv: empty kernel");
   require_clamp(qmin, qmax, "qu8_depthwise_conv");
   const size_t oc = c * multiplier, taps = g.kh * g.kw;
   for (size_t o = 0; o < oc; ++o) require_shift(out_shift[o], "qu8_depthwise_conv");
-  Qu8DepthwiseArgs args{};
+  Qu8DepthwiseArgs& args = args_;
   args.n = n; args.h = h; args.w = w; args.c = c; args.multiplier = multiplier;
   args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
   args.dil_h = g.dil_h; args.dil_w = g.dil_w; args.pad_top = g.pad_top; args.pad_left = g.pad_left;
@@ -214,39 +228,100 @@ void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size
   args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
   args.in_stride = c;
   args.out_stride = oc;
-  // The per-call preparation is O(taps * OC), against O(N * OH * OW * taps * OC) for the kernel, but
-  // at 7 x 7 outputs that is still a fifth of the work: loops the compiler vectorises, into this
-  // thread's scratch (kept between calls: no allocation per layer and run).
-  thread_local AlignedBuffer<int32_t> rq_buf, lo16_buf, folded_buf;
-  if (rq_buf.size() < kQu8RqRows * oc) rq_buf = AlignedBuffer<int32_t>(kQu8RqRows * oc);
-  if (lo16_buf.size() < taps * oc) lo16_buf = AlignedBuffer<int32_t>(taps * oc);
-  if (folded_buf.size() < oc) folded_buf = AlignedBuffer<int32_t>(oc);
-  int32_t* rq = rq_buf.data();
-  int32_t* lo16 = lo16_buf.data();
-  int32_t* folded = folded_buf.data();
-  for (size_t o = 0; o < oc; ++o) qu8_set_requant(rq, oc, o, qu8_requant_of(out_multiplier[o], out_shift[o]));
+  args.input_zero_point = x_zp;
+  args.out = make_output(y_zp, qmin, qmax);
+  weights_ = AlignedBuffer<int8_t>(taps * oc);
+  std::memcpy(weights_.data(), weights, taps * oc);
+  if (bias != nullptr) {
+    bias_ = AlignedBuffer<int32_t>(oc);
+    std::memcpy(bias_.data(), bias, oc * sizeof(int32_t));
+  }
+  rq_ = AlignedBuffer<int32_t>(kQu8RqRows * oc);
+  for (size_t o = 0; o < oc; ++o) qu8_set_requant(rq_.data(), oc, o, qu8_requant_of(out_multiplier[o], out_shift[o]));
   // folded = bias - x_zp * sum of the taps' weights, modulo 2^32 (uint32 arithmetic).
-  auto* fold = reinterpret_cast<uint32_t*>(folded);
+  folded_ = AlignedBuffer<int32_t>(oc);
+  auto* fold = reinterpret_cast<uint32_t*>(folded_.data());
   for (size_t o = 0; o < oc; ++o) fold[o] = bias != nullptr ? static_cast<uint32_t>(bias[o]) : 0u;
   for (size_t tap = 0; tap < taps; ++tap)
     for (size_t o = 0; o < oc; ++o) fold[o] -= static_cast<uint32_t>(x_zp * weights[tap * oc + o]);
-  // (int16 w, 0) per int32 lane: vpmaddwd against (x - x_zp) in the lane's low half multiplies the
-  // two and adds the high half times 0, whatever that half holds (ukernels.h, Qu8DepthwiseArgs).
-  for (size_t i = 0; i < taps * oc; ++i)
-    lo16[i] = static_cast<int32_t>(static_cast<uint16_t>(static_cast<int16_t>(weights[i])));
-  args.input = input;
-  args.weights = weights;
-  args.weights_lo16 = lo16;
-  args.bias = bias;
-  args.bias_folded = folded;
-  args.rq = rq;
-  args.output = output;
-  args.input_zero_point = x_zp;
-  args.out = make_output(y_zp, qmin, qmax);
+  args.weights = weights_.data();
+  args.bias = bias != nullptr ? bias_.data() : nullptr;
+  args.bias_folded = folded_.data();
+  args.rq = rq_.data();
   const KernelTable& tab = table_or_active(t);
-  const Qu8DepthwiseUkernel kernel = multiplier == 1 ? tab.qu8_depthwise : qu8_depthwise__scalar;
-  parallel_for(n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); },
+  const Qu8DwPacker packer = qu8_dw_packer(tab.isa);
+  const bool packed_window = g.kh <= kQu8DwMaxRows && taps <= kQu8DwMaxTaps;
+  if (multiplier != 1 || (packer.packs() && !packed_window)) {
+    kernel_ = qu8_depthwise__scalar;
+    name_ = "qu8_depthwise__scalar";
+    return;
+  }
+  kernel_ = tab.qu8_depthwise;
+  name_ = tab.names.qu8_depthwise;
+  if (packer.packs()) {
+    packed_ = AlignedBuffer<uint8_t>(packer.bytes(c, g.kh, g.kw));
+    const Qu8DwPackArgs pa{weights_.data(), folded_.data(), rq_.data(), c, g.kh, g.kw};
+    packer.pack(&pa, packed_.data());
+    args.weights_lo16 = reinterpret_cast<const int32_t*>(packed_.data());
+  }
+}
+
+void Qu8DepthwisePlan::run(const uint8_t* input, uint8_t* output, size_t threads) const {
+  Qu8DepthwiseArgs args = args_;
+  args.input = input;
+  args.output = output;
+  if (args.n * args.oh * args.ow == 0) return;
+  const Qu8DepthwiseUkernel kernel = kernel_;
+  parallel_for(args.n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); },
                Partition::Dynamic, 1);
+}
+
+void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
+                        const ConvGeometry& g, const int8_t* weights, const int32_t* bias, uint8_t x_zp,
+                        const int32_t* out_multiplier, const int32_t* out_shift, uint8_t y_zp, uint8_t qmin,
+                        uint8_t qmax, uint8_t* output, size_t threads, const KernelTable* t) {
+  Qu8DepthwisePlan(n, h, w, c, multiplier, g, weights, bias, x_zp, out_multiplier, out_shift, y_zp, qmin, qmax, t)
+      .run(input, output, threads);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name) {
+  Qu8QuantizeUkernel k = qu8_quantize__scalar;
+  const char* n = "qu8_quantize__scalar";
+  switch (isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    case Isa::Avx2: k = qu8_quantize_32x__avx2; n = "qu8_quantize_32x__avx2"; break;
+    case Isa::Avx512:
+    case Isa::Avx512Vnni: k = qu8_quantize_64x__avx512skx; n = "qu8_quantize_64x__avx512skx"; break;
+#endif
+#if defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonFp16:
+    case Isa::NeonDot: k = qu8_quantize_16x__neon; n = "qu8_quantize_16x__neon"; break;
+#endif
+    default: break;
+  }
+  if (name != nullptr) *name = n;
+  return k;
+}
+
+const char* qu8_quantize_kernel_name(const KernelTable* t) {
+  const char* name = nullptr;
+  qu8_quantize_kernel(table_or_active(t).isa, &name);
+  return name;
+}
+
+void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_point, int32_t qmin, int32_t qmax,
+                         uint8_t* y, size_t threads, const KernelTable* t) {
+  require(qmin >= -128 && qmin <= qmax && qmax <= 255, "qu8_quantize_linear: need -128 <= qmin <= qmax <= 255");
+  const Qu8QuantizeUkernel kernel = qu8_quantize_kernel(table_or_active(t).isa);
+  const Qu8QuantizeParams params{scale, zero_point, qmin, qmax};
+  const size_t chunk = 16384;
+  parallel_for(div_up(count, chunk), threads, [&](size_t begin, size_t end) {
+    const size_t lo = begin * chunk, hi = min_size(count, end * chunk);
+    kernel(x + lo, y + lo, hi - lo, &params);
+  });
 }
 
 namespace {

@@ -14,6 +14,7 @@
 #include "kernels/common.h"
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
+#include "kernels/qu8_ukernels.h"
 
 namespace edgesdk::kernels {
 
@@ -80,12 +81,48 @@ class Qu8ConvPlan {
 };
 
 // Depthwise convolution NHWC: weights int8 [KH][KW][C*multiplier], bias int32 [C*multiplier] or
-// null, multiplier / shift per output channel. Kernels with a channel multiplier other than 1 run
-// the scalar kernel.
+// null, multiplier / shift per output channel. The plan folds the input zero point into the bias,
+// builds the requantization table and, on levels whose kernel takes packed weights (x86,
+// qu8_ukernels.h), packs them: once, so a run only reads. Kernels with a channel multiplier other
+// than 1, or windows beyond kQu8DwMaxRows rows / kQu8DwMaxTaps taps on the packed levels, run the
+// scalar kernel. run() keeps no state: concurrent runs of one plan are safe.
+class Qu8DepthwisePlan {
+ public:
+  Qu8DepthwisePlan(size_t n, size_t h, size_t w, size_t c, size_t multiplier, const ConvGeometry& g,
+                   const int8_t* weights, const int32_t* bias, uint8_t x_zp, const int32_t* out_multiplier,
+                   const int32_t* out_shift, uint8_t y_zp, uint8_t qmin, uint8_t qmax, const KernelTable* t = nullptr);
+  size_t batch() const { return args_.n; }
+  size_t in_h() const { return args_.h; }
+  size_t in_w() const { return args_.w; }
+  size_t in_channels() const { return args_.c; }
+  size_t out_h() const { return args_.oh; }
+  size_t out_w() const { return args_.ow; }
+  size_t out_channels() const { return args_.c * args_.multiplier; }
+  const char* kernel_name() const { return name_; }
+  // NHWC input [N][H][W][C] -> output [N][OH][OW][C*multiplier], both contiguous.
+  void run(const uint8_t* input, uint8_t* output, size_t threads) const;
+
+ private:
+  Qu8DepthwiseArgs args_{};  // all but input / output
+  Qu8DepthwiseUkernel kernel_ = nullptr;
+  const char* name_ = nullptr;
+  AlignedBuffer<int8_t> weights_;
+  AlignedBuffer<int32_t> bias_, folded_, rq_;
+  AlignedBuffer<uint8_t> packed_;
+};
+
+// A plan for one call, run.
 void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
                         const ConvGeometry& g, const int8_t* weights, const int32_t* bias, uint8_t x_zp,
                         const int32_t* out_multiplier, const int32_t* out_shift, uint8_t y_zp, uint8_t qmin,
                         uint8_t qmax, uint8_t* output, size_t threads, const KernelTable* t = nullptr);
+
+// QuantizeLinear per tensor (qu8_ukernels.h, Qu8QuantizeParams): y = the low byte of
+// clamp(rint(x / scale) + zero_point, qmin, qmax), NaN -> qmin; -128 <= qmin <= qmax <= 255.
+void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_point, int32_t qmin, int32_t qmax,
+                         uint8_t* y, size_t threads, const KernelTable* t = nullptr);
+// The kernel qu8_quantize_linear runs at a level.
+const char* qu8_quantize_kernel_name(const KernelTable* t = nullptr);
 
 // Add / Mul of rows x C values (ukernels.h, Qu8BinaryArgs), b as [rows][C], [C] or [1].
 void qu8_add(const uint8_t* a, uint8_t a_zp, const uint8_t* b, uint8_t b_zp, uint8_t* y, uint8_t y_zp, size_t rows,

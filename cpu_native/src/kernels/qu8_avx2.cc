@@ -1,7 +1,8 @@
 // AVX2 qu8 kernels (avx2 level): GEMM / indirect GEMM, depthwise convolution, pooling, Add / Mul
 // and requantization, bit for bit the scalar ones (qu8_scalar.cc). Compiled with -mavx2 -mfma
 // -mf16c; selected at run time only. Channel and element tails (< one vector) run requantization.h's
-// scalar formulas: AVX2 has no byte-masked loads, and they are the same arithmetic.
+// scalar formulas: AVX2 has no byte-masked loads, and they are the same arithmetic (the depthwise
+// convolution, on packed weights, computes its last channels in a whole vector instead).
 //
 // Products are formed exactly in 16 bits: vpmaddwd multiplies int16 pairs and adds the two
 // products into an int32 lane. Not vpmaddubsw (u8 x s8 pairs summed into int16 with saturation):
@@ -9,6 +10,10 @@
 // data (XNNPACK uses it only with weights restricted to 7 bits).
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/qu8_ukernels.h"
 #include "kernels/requantization.h"
 #include "kernels/ukernels.h"
 
@@ -74,6 +79,45 @@ static inline __m256i requantize(__m256i x, const RqVec& q) {
   const __m256i rem = _mm256_and_si256(y, q.mask);
   const __m256i thr = _mm256_sub_epi32(q.thr, _mm256_srai_epi32(y, 31));
   return _mm256_sub_epi32(_mm256_srav_epi32(y, q.right), _mm256_cmpgt_epi32(rem, thr));
+}
+
+// The fp32 form of requantize (qu8_avx512.inl, RqMode::Fp, says why it is exact), for lanes with no
+// left shift, multiplier > 0 and right shift e <= 20: V = x * m * 2^(-20-e) + (1024 +- 2^(10-e)),
+// offset by the sign of x, in one FMA; w = round(V); r = w >> 11 unless some lane has w mod 2048 = 0
+// (then the caller redoes the vector with requantize). AVX2 has no embedded rounding: the
+// conversions and the FMA round as MXCSR says, so callers take this form only when it rounds to
+// nearest (fp_rounding_ok); subnormals never arise (|scale| >= 2^-10, x integer).
+struct FpRq {
+  __m256 scale, offset_pos, offset_neg;
+};
+
+bool fp_rounding_ok() { return (_mm_getcsr() & 0x6000u) == 0; }
+
+// 2^k as fp32 for integer lanes -126 <= k <= 127.
+__m256 pow2(__m256i k) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)); }
+
+FpRq fp_rq_make(__m256i mult, __m256i right) {
+  const __m256 half = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(right, _mm256_setzero_si256())),
+                                       pow2(_mm256_sub_epi32(_mm256_set1_epi32(10), right)));
+  const __m256 base = _mm256_set1_ps(1024.0f);
+  return FpRq{_mm256_mul_ps(_mm256_cvtepi32_ps(mult), pow2(_mm256_sub_epi32(_mm256_set1_epi32(-20), right))),
+              _mm256_add_ps(base, half), _mm256_sub_ps(base, half)};
+}
+
+// Whether the 8 lanes allow the fp32 form (lanes outside `valid`, all ones where valid, pass).
+bool fp_rq_allowed(__m256i mult, __m256i left, __m256i right, __m256i valid) {
+  const __m256i bad = _mm256_or_si256(
+      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(1), mult), _mm256_cmpgt_epi32(right, _mm256_set1_epi32(20))),
+      _mm256_cmpgt_epi32(left, _mm256_setzero_si256()));
+  return _mm256_testz_si256(bad, valid) != 0;
+}
+
+static inline __m256i requantize_fp(__m256i x, const FpRq& q, int* retry) {
+  const __m256 offset = _mm256_blendv_ps(q.offset_pos, q.offset_neg, _mm256_castsi256_ps(x));  // by x's sign
+  const __m256i w = _mm256_cvtps_epi32(_mm256_fmadd_ps(_mm256_cvtepi32_ps(x), q.scale, offset));
+  const __m256i step = _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(2047)), _mm256_setzero_si256());
+  *retry = _mm256_movemask_ps(_mm256_castsi256_ps(step));
+  return _mm256_srai_epi32(w, 11);
 }
 
 // The output stage: int16 zero point, byte clamp bounds.
@@ -179,11 +223,38 @@ void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, 
       for (size_t i = 0; i < M; ++i) step(acc[i], load_u32_tail(r[i] + kb, tail), wv);
     }
   }
-  const RqVec q0 = rq_load(rq, 16, 0), q1 = rq_load(rq, 16, 8);
+  // The fp32 form where the tile's columns (< nr) allow it and MXCSR rounds to nearest.
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i valid0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(nr)), lane);
+  const __m256i valid1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(nr) - 8), lane);
+  const __m256i m0 = load8_i32(rq + kQu8RqMultiplier * 16), m1 = load8_i32(rq + kQu8RqMultiplier * 16 + 8);
+  const __m256i e0 = load8_i32(rq + kQu8RqRight * 16), e1 = load8_i32(rq + kQu8RqRight * 16 + 8);
+  if (fp_rounding_ok() && fp_rq_allowed(m0, load8_i32(rq + kQu8RqLeft * 16), e0, valid0) &&
+      fp_rq_allowed(m1, load8_i32(rq + kQu8RqLeft * 16 + 8), e1, valid1)) {
+    // Columns past nr (padding, multiplier 0) get harmless constants.
+    const __m256i m30 = _mm256_set1_epi32(1 << 30), one = _mm256_set1_epi32(1);
+    const FpRq f0 = fp_rq_make(_mm256_blendv_epi8(m30, m0, valid0), _mm256_blendv_epi8(one, e0, valid0));
+    const FpRq f1 = fp_rq_make(_mm256_blendv_epi8(m30, m1, valid1), _mm256_blendv_epi8(one, e1, valid1));
+    const int cols = nr >= 16 ? 0xFFFF : (1 << nr) - 1;
 #pragma GCC unroll 4
-  for (size_t i = 0; i < M; ++i) {
-    acc[i][0] = requantize(acc[i][0], q0);
-    acc[i][1] = requantize(acc[i][1], q1);
+    for (size_t i = 0; i < M; ++i) {
+      int r0, r1;
+      const __m256i y0 = requantize_fp(acc[i][0], f0, &r0), y1 = requantize_fp(acc[i][1], f1, &r1);
+      if (__builtin_expect(((r0 | r1 << 8) & cols) != 0, 0)) {
+        acc[i][0] = requantize(acc[i][0], rq_load(rq, 16, 0));
+        acc[i][1] = requantize(acc[i][1], rq_load(rq, 16, 8));
+      } else {
+        acc[i][0] = y0;
+        acc[i][1] = y1;
+      }
+    }
+  } else {
+    const RqVec q0 = rq_load(rq, 16, 0), q1 = rq_load(rq, 16, 8);
+#pragma GCC unroll 4
+    for (size_t i = 0; i < M; ++i) {
+      acc[i][0] = requantize(acc[i][0], q0);
+      acc[i][1] = requantize(acc[i][1], q1);
+    }
   }
   const OutVec o = out_vec(*out);
 #pragma GCC unroll 2
@@ -250,116 +321,321 @@ void qu8_igemm_4x16c4__avx2(size_t mr, size_t nr, size_t kc, size_t ks, const ui
 }
 
 namespace {
+namespace dw {
 
-// The columns [lo, hi) of output positions whose window lies inside [0, extent) along one axis.
-void inside_range(size_t out, size_t stride, size_t kernel, size_t dil, size_t pad, size_t extent, size_t* lo,
-                  size_t* hi) {
-  const size_t span = (kernel - 1) * dil;
-  *lo = min_size(out, div_up(pad, stride));
-  *hi = extent + pad < span + 1 ? *lo : min_size(out, (extent - 1 + pad - span) / stride + 1);
-  if (*hi < *lo) *hi = *lo;
+// Depthwise convolution (multiplier 1) on packed weights (qu8_ukernels.h, "AVX2 blocks"): 32
+// channels per block as 4 ymm accumulators, two kernel rows per int32 lane as int16 pairs
+// (vpmaddwd's two exact products, then vpaddd). Per output row and block, output pixels go in
+// segments of kSegment: the columns the segment's windows read are interleaved once into scratch
+// (padding columns and rows reading the zero point), then each pixel takes per (row pair, kernel
+// column) four weight vectors and four vpmaddwd, and the requantization constants come from the
+// block. Channels past C in the last block read whatever follows them in the input (their weights
+// are 0; nothing past the input buffer is read) and are not stored.
+constexpr size_t kSegment = 16, kRows = 2, kMaxGroupRows = kQu8DwMaxRows + 2;
+
+size_t groups_of(size_t kh) { return (kh + kRows - 1) / kRows; }
+
+struct Block {
+  const __m256i* bias;
+  const __m256i* weights;
+  const __m256i* rq;
+  const int32_t* flags;  // any left shift per accumulator, then the fp32 form's validity
+  size_t groups, kw, stride, dil, col_lines;
+};
+
+RqVec load_rq(const __m256i* p, bool any_left) {
+  RqVec q;
+  q.mult = _mm256_load_si256(p + 0);
+  q.mult_odd = _mm256_load_si256(p + 1);
+  q.left = _mm256_load_si256(p + 2);
+  q.right = _mm256_load_si256(p + 3);
+  q.mask = _mm256_load_si256(p + 4);
+  q.thr = _mm256_load_si256(p + 5);
+  q.any_left = any_left;
+  return q;
 }
 
-// One output pixel of an 8-channel block whose window lies inside the input: from bias_folded, raw
-// bytes times the weights. KW = 3 (the common kernel width) unrolls the row and gives each column its
-// own accumulator (one chain through all KH*KW taps would outlast the out-of-order window that
-// overlaps neighbouring pixels); KW = 0: any width, one chain.
-template <size_t KW>
-static inline __m256i depthwise_inside(const Qu8DepthwiseArgs* a, const uint8_t* p, const int32_t* wc, __m256i bias) {
-  const size_t C = a->c;
-  const size_t row_step = a->dil_h * a->w * a->in_stride, col_step = a->dil_w * a->in_stride;
-  auto tap = [](__m256i acc, const uint8_t* q, const int32_t* w) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(load8_u8(q), load8_i32(w)));
-  };
-  if constexpr (KW == 3) {
-    __m256i acc0 = bias, acc1 = _mm256_setzero_si256(), acc2 = _mm256_setzero_si256();
-    for (size_t ky = 0; ky < a->kh; ++ky, p += row_step, wc += 3 * C) {
-      acc0 = tap(acc0, p, wc);
-      acc1 = tap(acc1, p + col_step, wc + C);
-      acc2 = tap(acc2, p + 2 * col_step, wc + 2 * C);
+// 32 bytes of a row at p (n valid channels): past the input's end (`end`), only the valid ones.
+__m256i load_row(const uint8_t* p, size_t n, uintptr_t end) {
+  if (n >= 32 || reinterpret_cast<uintptr_t>(p) + 32 <= end) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  alignas(32) uint8_t bytes[32] = {};
+  std::memcpy(bytes, p, n);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes));
+}
+
+// P pixels starting at scratch column p * stride, stored from y on (pixel stride ys), n channels;
+// Fp: the block takes the fp32 requantization (and MXCSR rounds to nearest).
+template <size_t P, bool Fp>
+void pixels(const Block& k, const __m256i* scratch, size_t p, uint8_t* y, size_t ys, const OutVec& o, size_t n) {
+  __m256i acc[P][4];
+  for (size_t v = 0; v < 4; ++v) {
+    const __m256i b = _mm256_load_si256(k.bias + v);
+    for (size_t i = 0; i < P; ++i) acc[i][v] = b;
+  }
+  const size_t pixel_step = k.stride * k.col_lines;
+  for (size_t g = 0; g < k.groups; ++g) {
+    for (size_t kx = 0; kx < k.kw; ++kx) {
+      const __m256i* w = k.weights + (g * k.kw + kx) * 4;
+      const __m256i* x = scratch + (p * k.stride + kx * k.dil) * k.col_lines + g * 4;
+#pragma GCC unroll 4
+      for (size_t v = 0; v < 4; ++v) {
+        const __m256i wv = _mm256_load_si256(w + v);
+#pragma GCC unroll 4
+        for (size_t i = 0; i < P; ++i)
+          acc[i][v] = _mm256_add_epi32(acc[i][v], _mm256_madd_epi16(_mm256_load_si256(x + i * pixel_step + v), wv));
+      }
     }
-    return _mm256_add_epi32(acc0, _mm256_add_epi32(acc1, acc2));
-  } else {
-    __m256i acc = bias;
-    for (size_t ky = 0; ky < a->kh; ++ky, p += row_step, wc += a->kw * C)
-      for (size_t kx = 0; kx < a->kw; ++kx) acc = tap(acc, p + kx * col_step, wc + kx * C);
-    return acc;
+  }
+#pragma GCC unroll 4
+  for (size_t v = 0; v < 4; ++v) {
+    const __m256i* rq = k.rq + kQu8DwAvx2RqLines * v;
+    if constexpr (Fp) {
+      const FpRq q{_mm256_castsi256_ps(_mm256_load_si256(rq + 6)), _mm256_castsi256_ps(_mm256_load_si256(rq + 7)),
+                   _mm256_castsi256_ps(_mm256_load_si256(rq + 8))};
+#pragma GCC unroll 4
+      for (size_t i = 0; i < P; ++i) {
+        int retry;
+        const __m256i r = requantize_fp(acc[i][v], q, &retry);
+        acc[i][v] = __builtin_expect(retry != 0, 0) ? requantize(acc[i][v], load_rq(rq, k.flags[v] != 0)) : r;
+      }
+    } else {
+      const RqVec q = load_rq(rq, k.flags[v] != 0);
+#pragma GCC unroll 4
+      for (size_t i = 0; i < P; ++i) acc[i][v] = requantize(acc[i][v], q);
+    }
+  }
+#pragma GCC unroll 4
+  for (size_t i = 0; i < P; ++i) {
+    // The in-lane packs put the four vectors' channels (qu8_ukernels.h) back in order.
+    const __m256i p01 = _mm256_adds_epi16(_mm256_packs_epi32(acc[i][0], acc[i][1]), o.zp16);
+    const __m256i p23 = _mm256_adds_epi16(_mm256_packs_epi32(acc[i][2], acc[i][3]), o.zp16);
+    const __m256i u = _mm256_min_epu8(_mm256_max_epu8(_mm256_packus_epi16(p01, p23), o.lo8), o.hi8);
+    uint8_t* yi = y + i * ys;
+    if (n >= 32) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi), u);
+    } else {
+      alignas(32) uint8_t bytes[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), u);
+      std::memcpy(yi, bytes, n);
+    }
   }
 }
 
-// 8 channels per block: per tap, the input bytes in int32 lanes and vpmaddwd with weights_lo16
-// ((int16 w, 0) per lane: the low halves multiply, the lane's high half meets 0). A pixel whose window
-// lies inside the input starts from bias_folded and multiplies the raw bytes; a border pixel starts
-// from the bias, skips the padding taps and subtracts the zero point from the others. Channel blocks
-// are the outer loop of a row (a block's constants are set up once per row). Multiplier 1 only.
-template <size_t KW>
-void depthwise_8c(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
-  const size_t C = a->c, kw = a->kw;
-  const __m256i zp = _mm256_set1_epi32(a->input_zero_point);
+// One output row's channel block [c0, c0 + n): rows[t] / steps[t] as in run().
+void block_row(const Qu8DepthwiseArgs* a, const uint8_t* const* rows, const size_t* steps, size_t c0, size_t n,
+               const __m256i* blk, uint8_t* y, const uint8_t* zp_row, uintptr_t end, const OutVec& o,
+               __m256i* scratch) {
+  const size_t G = groups_of(a->kh), KW = a->kw, S = a->stride_w, D = a->dil_w;
+  Block k;
+  k.bias = blk;
+  k.weights = blk + 4;
+  k.rq = blk + 4 * (1 + G * KW);
+  k.flags = reinterpret_cast<const int32_t*>(k.rq + 4 * kQu8DwAvx2RqLines);
+  k.groups = G;
+  k.kw = KW;
+  k.stride = S;
+  k.dil = D;
+  k.col_lines = G * 4;
+  const bool fp = k.flags[4] != 0 && fp_rounding_ok();
+  const __m256i zpv = _mm256_set1_epi16(static_cast<int16_t>(a->input_zero_point));
+  const __m256i zero = _mm256_setzero_si256();
+  const uint8_t* base[kMaxGroupRows];
+  size_t step[kMaxGroupRows];
+  for (size_t t = 0; t < G * kRows; ++t) {
+    base[t] = steps[t] != 0 ? rows[t] + c0 : zp_row;
+    step[t] = steps[t];
+  }
+  const ptrdiff_t width = static_cast<ptrdiff_t>(a->w);
+  for (size_t seg = 0; seg < a->ow; seg += kSegment) {
+    const size_t count = min_size(kSegment, a->ow - seg);
+    const size_t cols = (count - 1) * S + (KW - 1) * D + 1;
+    const ptrdiff_t ix0 = static_cast<ptrdiff_t>(seg * S) - static_cast<ptrdiff_t>(a->pad_left);
+    for (size_t j = 0; j < cols; ++j) {
+      const ptrdiff_t ix = ix0 + static_cast<ptrdiff_t>(j);
+      __m256i* col = scratch + j * k.col_lines;
+      if (ix < 0 || ix >= width) {
+        for (size_t l = 0; l < k.col_lines; ++l) col[l] = zpv;
+        continue;
+      }
+      for (size_t g = 0; g < G; ++g) {
+        const size_t t = g * kRows;
+        const __m256i r0 = steps[t] != 0 ? load_row(base[t] + static_cast<size_t>(ix) * step[t], n, end)
+                                         : _mm256_load_si256(reinterpret_cast<const __m256i*>(zp_row));
+        const __m256i r1 = steps[t + 1] != 0 ? load_row(base[t + 1] + static_cast<size_t>(ix) * step[t + 1], n, end)
+                                             : _mm256_load_si256(reinterpret_cast<const __m256i*>(zp_row));
+        // int16 pairs (r0, r1) of vectors 0..3: bytes interleaved, then each followed by a zero byte.
+        const __m256i t0 = _mm256_unpacklo_epi8(r0, r1), t1 = _mm256_unpackhi_epi8(r0, r1);
+        col[g * 4 + 0] = _mm256_unpacklo_epi8(t0, zero);
+        col[g * 4 + 1] = _mm256_unpackhi_epi8(t0, zero);
+        col[g * 4 + 2] = _mm256_unpacklo_epi8(t1, zero);
+        col[g * 4 + 3] = _mm256_unpackhi_epi8(t1, zero);
+      }
+    }
+    uint8_t* yseg = y + seg * a->out_stride + c0;
+    const size_t ys = a->out_stride;
+    size_t p = 0;
+    if (fp) {
+      for (; p + 2 <= count; p += 2) pixels<2, true>(k, scratch, p, yseg + p * ys, ys, o, n);
+      if (p < count) pixels<1, true>(k, scratch, p, yseg + p * ys, ys, o, n);
+    } else {
+      for (; p + 2 <= count; p += 2) pixels<2, false>(k, scratch, p, yseg + p * ys, ys, o, n);
+      if (p < count) pixels<1, false>(k, scratch, p, yseg + p * ys, ys, o, n);
+    }
+  }
+}
+
+void run(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
+  const size_t C = a->c, G = groups_of(a->kh);
+  const size_t lines = qu8_dw_avx2_lines(G, a->kw);
+  const auto* packed = reinterpret_cast<const __m256i*>(a->weights_lo16);
+  alignas(32) uint8_t zp_row[32];
+  for (uint8_t& b : zp_row) b = static_cast<uint8_t>(a->input_zero_point);
   const OutVec o = out_vec(a->out);
-  size_t ox_lo, ox_hi;
-  inside_range(a->ow, a->stride_w, kw, a->dil_w, a->pad_left, a->w, &ox_lo, &ox_hi);
+  const size_t pixel_row = a->w * a->in_stride;
+  const uintptr_t end =
+      reinterpret_cast<uintptr_t>(a->input + (a->n * a->h * a->w - 1) * a->in_stride + a->c);
+  thread_local AlignedBuffer<uint8_t> scratch_bytes;
+  const size_t need = ((kSegment - 1) * a->stride_w + (a->kw - 1) * a->dil_w + 1) * G * 4;
+  if (scratch_bytes.size() < need * 32) scratch_bytes = AlignedBuffer<uint8_t>(need * 32);
+  __m256i* scratch = reinterpret_cast<__m256i*>(scratch_bytes.data());
+  const uint8_t* rows[kMaxGroupRows];
+  size_t steps[kMaxGroupRows];
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;
-    size_t ky0, ky1;
-    tap_range(oy, a->stride_h, a->kh, a->dil_h, a->pad_top, a->h, &ky0, &ky1);
-    const bool rows_inside = ky0 == 0 && ky1 == a->kh;
-    const uint8_t* image = a->input + b * a->h * a->w * a->in_stride;
+    const uint8_t* image = a->input + b * a->h * pixel_row;
+    for (size_t t = 0; t < G * kRows; ++t) {
+      const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * a->stride_h + t * a->dil_h) - static_cast<ptrdiff_t>(a->pad_top);
+      const bool inside = t < a->kh && iy >= 0 && iy < static_cast<ptrdiff_t>(a->h);
+      rows[t] = inside ? image + static_cast<size_t>(iy) * pixel_row : zp_row;
+      steps[t] = inside ? a->in_stride : 0;
+    }
     uint8_t* y = a->output + (b * a->oh + oy) * a->ow * a->out_stride;
-    size_t c0 = 0;
-    for (; c0 + 8 <= C; c0 += 8) {
-      const RqVec q = rq_load(a->rq, C, c0);
-      const __m256i bias = a->bias != nullptr ? load8_i32(a->bias + c0) : _mm256_setzero_si256();
-      const __m256i folded = load8_i32(a->bias_folded + c0);
-      const int32_t* wc = a->weights_lo16 + c0;
-      const uint8_t* top = image + (oy * a->stride_h - (rows_inside ? a->pad_top : 0)) * a->w * a->in_stride + c0;
-      for (size_t ox = 0; ox < a->ow; ++ox) {
-        __m256i acc;
-        if (rows_inside && ox >= ox_lo && ox < ox_hi) {
-          acc = depthwise_inside<KW>(a, top + (ox * a->stride_w - a->pad_left) * a->in_stride, wc, folded);
-        } else {
-          size_t kx0, kx1;
-          tap_range(ox, a->stride_w, kw, a->dil_w, a->pad_left, a->w, &kx0, &kx1);
-          const bool inside = rows_inside && kx0 == 0 && kx1 == kw;
-          acc = inside ? folded : bias;
-          for (size_t ky = ky0; ky < ky1; ++ky) {
-            const size_t iy = oy * a->stride_h + ky * a->dil_h - a->pad_top;
-            for (size_t kx = kx0; kx < kx1; ++kx) {
-              const size_t ix = ox * a->stride_w + kx * a->dil_w - a->pad_left;
-              __m256i x = load8_u8(image + (iy * a->w + ix) * a->in_stride + c0);
-              if (!inside) x = _mm256_sub_epi32(x, zp);
-              acc = _mm256_add_epi32(acc, _mm256_madd_epi16(x, load8_i32(wc + (ky * kw + kx) * C)));
-            }
-          }
-        }
-        store8(y + ox * a->out_stride + c0, to_u8x8(requantize(acc, q), o));
-      }
-    }
-    for (; c0 < C; ++c0) {  // the last C % 8 channels
-      const Qu8Requant r = qu8_requant_at(a->rq, C, c0);
-      for (size_t ox = 0; ox < a->ow; ++ox) {
-        size_t kx0, kx1;
-        tap_range(ox, a->stride_w, kw, a->dil_w, a->pad_left, a->w, &kx0, &kx1);
-        uint32_t acc = a->bias != nullptr ? static_cast<uint32_t>(a->bias[c0]) : 0u;
-        for (size_t ky = ky0; ky < ky1; ++ky) {
-          const size_t iy = oy * a->stride_h + ky * a->dil_h - a->pad_top;
-          for (size_t kx = kx0; kx < kx1; ++kx) {
-            const size_t ix = ox * a->stride_w + kx * a->dil_w - a->pad_left;
-            const int32_t x = image[(iy * a->w + ix) * a->in_stride + c0] - a->input_zero_point;
-            acc += static_cast<uint32_t>(x * a->weights[(ky * kw + kx) * C + c0]);
-          }
-        }
-        y[ox * a->out_stride + c0] = output_of(static_cast<int32_t>(acc), r, a->out);
-      }
-    }
+    for (size_t c0 = 0; c0 < C; c0 += 32)
+      block_row(a, rows, steps, c0, min_size(32, C - c0), packed + (c0 / 32) * lines, y, zp_row, end, o,
+                scratch);
   }
+}
+
+void pack(const Qu8DwPackArgs* a, void* out) {
+  const size_t C = a->c, KH = a->kh, KW = a->kw, G = groups_of(KH);
+  const size_t lines = qu8_dw_avx2_lines(G, KW);
+  alignas(32) int32_t lanes[8];
+  for (size_t c0 = 0; c0 < C; c0 += 32) {
+    __m256i* blk = static_cast<__m256i*>(out) + (c0 / 32) * lines;
+    auto ch = [&](size_t v, size_t i) {
+      const size_t c = c0 + qu8_dw_lane_channel(v, i);
+      return c < C ? c : C;
+    };
+    auto fill = [&](__m256i* line, auto value) {
+      for (size_t i = 0; i < 8; ++i) lanes[i] = value(i);
+      _mm256_store_si256(line, _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes)));
+    };
+    for (size_t v = 0; v < 4; ++v) fill(blk + v, [&](size_t i) { return ch(v, i) < C ? a->bias_folded[ch(v, i)] : 0; });
+    for (size_t g = 0; g < G; ++g)
+      for (size_t kx = 0; kx < KW; ++kx)
+        for (size_t v = 0; v < 4; ++v)
+          fill(blk + 4 + (g * KW + kx) * 4 + v, [&](size_t i) {
+            int16_t w[2] = {0, 0};
+            for (size_t t = 0; t < kRows; ++t) {
+              const size_t ky = g * kRows + t;
+              if (ky < KH && ch(v, i) < C) w[t] = a->weights[(ky * KW + kx) * C + ch(v, i)];
+            }
+            return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(w[0])) |
+                                        static_cast<uint32_t>(static_cast<uint16_t>(w[1])) << 16);
+          });
+    __m256i* rq = blk + 4 * (1 + G * KW);
+    int32_t flags[8] = {};
+    // The fp32 form where every channel of the block allows it; lanes past the channels take
+    // m = 2^30, e = 1.
+    bool fp = true;
+    for (size_t v = 0; v < 4; ++v)
+      for (size_t i = 0; i < 8; ++i) {
+        const size_t c = ch(v, i);
+        if (c == C) continue;
+        fp = fp && a->rq[kQu8RqLeft * C + c] == 0 && a->rq[kQu8RqMultiplier * C + c] > 0 &&
+             a->rq[kQu8RqRight * C + c] <= 20;
+      }
+    flags[4] = fp;
+    for (size_t v = 0; v < 4; ++v) {
+      __m256i rows[5];
+      const size_t which[5] = {kQu8RqMultiplier, kQu8RqLeft, kQu8RqRight, kQu8RqMask, kQu8RqThreshold};
+      for (size_t r = 0; r < 5; ++r) {
+        for (size_t i = 0; i < 8; ++i) lanes[i] = ch(v, i) < C ? a->rq[which[r] * C + ch(v, i)] : 0;
+        rows[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+      }
+      RqVec q;
+      q.mult = rows[0];
+      q.left = rows[1];
+      q.right = rows[2];
+      q.mask = rows[3];
+      q.thr = rows[4];
+      q = rq_finish(q);
+      const __m256i fields[6] = {q.mult, q.mult_odd, q.left, q.right, q.mask, q.thr};
+      for (size_t f = 0; f < 6; ++f) _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + f, fields[f]);
+      flags[v] = q.any_left;
+      // The fp32 constants; lanes past the channels take m = 2^30, e = 1.
+      for (size_t i = 0; i < 8; ++i) lanes[i] = ch(v, i) < C ? a->rq[kQu8RqMultiplier * C + ch(v, i)] : 1 << 30;
+      const __m256i mult = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+      for (size_t i = 0; i < 8; ++i) lanes[i] = ch(v, i) < C ? a->rq[kQu8RqRight * C + ch(v, i)] : 1;
+      const __m256i right = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+      if (fp) {
+        // Packing runs once per weight set: the constants come from the same formulas as the
+        // GEMM's, in round-to-nearest whatever MXCSR says (the kernel checks MXCSR when it runs).
+        const unsigned csr = _mm_getcsr();
+        _mm_setcsr(csr & ~0x6000u);
+        const FpRq f = fp_rq_make(mult, right);
+        _mm_setcsr(csr);
+        _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + 6, _mm256_castps_si256(f.scale));
+        _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + 7, _mm256_castps_si256(f.offset_pos));
+        _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + 8, _mm256_castps_si256(f.offset_neg));
+      } else {
+        for (size_t f = 6; f < 9; ++f) _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + f, _mm256_setzero_si256());
+      }
+    }
+    fill(rq + 4 * kQu8DwAvx2RqLines, [&](size_t i) { return flags[i]; });
+  }
+}
+
+}  // namespace dw
+
+// QuantizeLinear of 8 floats -> 8 int32 codes in [qmin, qmax] (qu8_ukernels.h): vdivps, vroundps to
+// nearest (halves to even), vaddps, then vmaxps with the NaN on the left (it returns the right
+// operand, qmin, for a NaN) and vminps; the conversion is exact.
+__m256i quantize8(__m256 x, __m256 scale, __m256 zp, __m256 lo, __m256 hi) {
+  __m256 t = _mm256_round_ps(_mm256_div_ps(x, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  t = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, zp), lo), hi);
+  return _mm256_cvttps_epi32(t);
 }
 
 }  // namespace
 
+// Multiplier 1, weights packed by qu8_dw_pack__avx2 (qu8_ukernels.h).
 void qu8_depthwise_8c__avx2(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
-  if (a->kw == 3) depthwise_8c<3>(a, row_begin, row_end);
-  else depthwise_8c<0>(a, row_begin, row_end);
+  dw::run(a, row_begin, row_end);
+}
+
+size_t qu8_dw_bytes__avx2(size_t c, size_t kh, size_t kw) {
+  return div_up(c, 32) * qu8_dw_avx2_lines(dw::groups_of(kh), kw) * 32;
+}
+
+void qu8_dw_pack__avx2(const Qu8DwPackArgs* args, void* out) { dw::pack(args, out); }
+
+void qu8_quantize_32x__avx2(const float* x, uint8_t* y, size_t n, const Qu8QuantizeParams* params) {
+  const __m256 scale = _mm256_set1_ps(params->scale), zp = _mm256_set1_ps(params->zero_point);
+  const __m256 lo = _mm256_set1_ps(static_cast<float>(params->qmin)), hi = _mm256_set1_ps(static_cast<float>(params->qmax));
+  const __m256i low_byte = _mm256_set1_epi16(0xFF);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i q[4];
+    for (size_t j = 0; j < 4; ++j) q[j] = quantize8(_mm256_loadu_ps(x + i + 8 * j), scale, zp, lo, hi);
+    // int16 (exact), their low bytes, then bytes; the in-lane packs leave the 4-code groups in the
+    // order 0, 2, 4, 6, 1, 3, 5, 7, which one dword permute restores.
+    const __m256i p01 = _mm256_and_si256(_mm256_packs_epi32(q[0], q[1]), low_byte);
+    const __m256i p23 = _mm256_and_si256(_mm256_packs_epi32(q[2], q[3]), low_byte);
+    const __m256i u = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), u);
+  }
+  if (i < n) qu8_quantize__scalar(x + i, y + i, n - i, params);
 }
 
 void qu8_maxpool_32c__avx2(const Qu8PoolArgs* a, size_t row_begin, size_t row_end) {

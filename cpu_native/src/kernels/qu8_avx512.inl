@@ -1,8 +1,7 @@
 // AVX-512 (F + BW + VL) helpers of the qu8 kernels: gemmlowp requantization of 16 int32 lanes, bit
-// for bit requantization.h's, the narrowing to uint8, and the depthwise convolution (its tap
-// instruction a parameter: vpmaddwd + vpaddd on avx512, vpdpwssd on avx512vnni). Included inside an anonymous namespace
-// by qu8_avx512skx.cc and qu8_avx512vnni.cc (each gets its own copy, compiled with its own flags);
-// not a standalone header.
+// for bit requantization.h's, and the narrowing to uint8 (the depthwise convolution that builds on
+// them: qu8_avx512_dwconv.inl). Included inside an anonymous namespace by qu8_avx512skx.cc and
+// qu8_avx512vnni.cc (each gets its own copy, compiled with its own flags); not a standalone header.
 
 // A channel block's constants (ukernels.h, Qu8Requant), one lane per channel, in the form the
 // fused requantization below uses: srdhm and rdbpot become one rounding shift of the 64-bit product,
@@ -13,15 +12,19 @@
 // The only product srdhm saturates, INT32_MIN * INT32_MIN, comes out right for e >= 1 (2^(31-e),
 // what INT32_MAX gives) and as INT32_MIN for e = 0 (see requantize). Even lanes use the low halves of
 // the 64-bit constants' lanes (vpmuldq reads the low 32 bits of each 64-bit lane), odd lanes the
-// *_odd ones after the value is shifted down by 32.
+// *_odd ones after the value is shifted down by 32. When every lane shifts right (e >= 1, the usual
+// case: scales below 1/2), the odd lanes shift by e - 1 instead of 31 + e, which leaves their result
+// in the high half of the 64-bit lane (floor(floor(v / 2^(e-1)) / 2^32) = floor(v / 2^(31+e))), and
+// a blend replaces the cross-lane permute.
 struct RqVec {
   __m512i mult, mult_odd;           // multipliers, even / odd channels in the low halves of 64-bit lanes
   __m512i left;                     // left shifts (32-bit lanes)
   __m512i round_even, round_odd;    // 2^30 + (e > 0 ? 2^(30+e) : 0)
   __m512i neg_even, neg_odd;        // e > 0 ? 2^31 : 0, taken off when x*m < -2^30
-  __m512i shift_even, shift_odd;    // 31 + e
+  __m512i shift_even, shift_odd;    // 31 + e (odd lanes with odd_high: e - 1)
   bool any_left;  // some lane shifts left: only then the saturating left shift runs
   bool any_min;   // some multiplier is INT32_MIN: only then the saturation fix-up runs
+  bool odd_high;  // every lane has e >= 1: the odd results land in the high halves
 };
 
 static inline RqVec rq_make(__m512i mult, __m512i left, __m512i right) {
@@ -43,8 +46,9 @@ static inline RqVec rq_make(__m512i mult, __m512i left, __m512i right) {
   q.round_odd = round[1];
   q.neg_even = neg[0];
   q.neg_odd = neg[1];
+  q.odd_high = _mm512_test_epi32_mask(right, right) == 0xFFFF;
   q.shift_even = shift[0];
-  q.shift_odd = shift[1];
+  q.shift_odd = q.odd_high ? _mm512_sub_epi64(e[1], _mm512_set1_epi64(1)) : shift[1];
   q.any_left = _mm512_test_epi32_mask(left, left) != 0;
   q.any_min = _mm512_cmpeq_epi32_mask(mult, _mm512_set1_epi32(INT32_MIN)) != 0;
   return q;
@@ -83,14 +87,85 @@ static inline __m512i requantize(__m512i x, const RqVec& q) {
   const __m512i even = rounding_shift(_mm512_mul_epi32(x, q.mult), q.round_even, q.neg_even, q.shift_even);
   const __m512i odd =
       rounding_shift(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), q.mult_odd), q.round_odd, q.neg_odd, q.shift_odd);
-  // Low halves of the even results' lanes into the even lanes, of the odd ones' into the odd lanes.
-  __m512i r = _mm512_permutex2var_epi32(
-      even, _mm512_set_epi32(30, 14, 28, 12, 26, 10, 24, 8, 22, 6, 20, 4, 18, 2, 16, 0), odd);
+  // Low halves of the even results' lanes into the even lanes; the odd results' high halves
+  // (odd_high) or low halves into the odd lanes.
+  __m512i r = q.odd_high ? _mm512_mask_blend_epi32(0xAAAA, even, odd)
+                         : _mm512_permutex2var_epi32(
+                               even, _mm512_set_epi32(30, 14, 28, 12, 26, 10, 24, 8, 22, 6, 20, 4, 18, 2, 16, 0), odd);
   if (q.any_min) {
     const __mmask16 wrapped = _mm512_cmpeq_epi32_mask(r, _mm512_set1_epi32(INT32_MIN));
     r = _mm512_mask_sub_epi32(r, wrapped, r, _mm512_set1_epi32(1));
   }
   return r;
+}
+
+// Two cheaper forms of requantize() with the same results bit for bit, for blocks of channels whose
+// constants allow them:
+//   Int: no left shift, no INT32_MIN multiplier, every lane shifting right (odd_high): requantize
+//        without its tests, constants in registers.
+//   Fp:  no left shift, multipliers > 0, right shifts e <= 20 (what calibrated networks have).
+//        The fused form's result is r = floor(u + d) with u = x * m / 2^(31+e) (exact real) and
+//        d = 1/2 + 2^(-1-e) - c * 2^(-e) (e >= 1; 1/2 for e = 0), c = [x * m < -2^30]. With m > 0,
+//        c' = [x < 0] differs from c only where -2^30 <= x * m < 0, where both give 0 (u lies in
+//        [-2^(-1-e), 0): u + d is in [1/2 - 2^(-e), 1/2 + 2^(-1-e)) either way), so d follows the
+//        sign of x. In units of 2^-11: V = 2048 (u + d) = x * s + D, s = m * 2^(-20-e) (fp32,
+//        rounded to nearest: relative error <= 2^-24), D exact in fp32; one FMA with x as fp32
+//        (relative error <= 2^-24), all rounded to nearest whatever MXCSR says, gives V' with
+//        |V' - V| <= |x s| 2^-23 + |V'| 2^-24 < 0.375 while |u| <= 2^10. Then w = round(V'):
+//        if w mod 2048 != 0, V' lies in (2048 k + 0.5, 2048 k + 2047.5), so V lies strictly inside
+//        (2048 k, 2048 (k + 1)) and r = k = w >> 11. Lanes with w mod 2048 = 0 (near a step of
+//        the floor, about one in 2048, or w out of int32 range) take the general form. While
+//        |u| > 2^10, |r| >= 1023 and the error (at most one step) does not change the output
+//        clamp(r + zp) for any zero point in [0, 255]. 7 vector operations where Int needs 12.
+enum class RqMode { General, Int, Fp };
+
+struct IntRq {
+  __m512i mult, mult_odd, round_even, round_odd, shift_even, shift_odd;
+};
+struct FpRq {
+  __m512 scale, offset_pos, offset_neg;
+};
+
+// The Fp constants of multipliers m and right shifts e: scale m * 2^(-20-e) (the conversion of m
+// rounds to nearest, the power-of-two scaling is exact), offsets 1024 +- 2^(10-e) (1024 for e = 0).
+static inline FpRq fp_rq_make(__m512i mult, __m512i right) {
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 e = _mm512_cvtepi32_ps(right);
+  const __m512 half = _mm512_maskz_scalef_ps(_mm512_test_epi32_mask(right, right), _mm512_set1_ps(1.0f),
+                                             _mm512_sub_ps(_mm512_set1_ps(10.0f), e));
+  const __m512 base = _mm512_set1_ps(1024.0f);
+  return FpRq{_mm512_scalef_ps(_mm512_cvt_roundepi32_ps(mult, kNearest), _mm512_sub_ps(_mm512_set1_ps(-20.0f), e)),
+              _mm512_add_ps(base, half), _mm512_sub_ps(base, half)};
+}
+
+// Whether the lanes in m allow the Fp form: no left shift, multiplier > 0, right shift <= 20.
+static inline bool fp_rq_allowed(__m512i mult, __m512i left, __m512i right, __mmask16 m) {
+  const __mmask16 ok = _mm512_mask_cmpgt_epi32_mask(m, mult, _mm512_setzero_si512()) &
+                       _mm512_mask_cmple_epi32_mask(m, right, _mm512_set1_epi32(20)) &
+                       _mm512_mask_testn_epi32_mask(m, left, left);
+  return ok == m;
+}
+
+static inline __m512i requantize_int(__m512i x, const IntRq& q) {
+  const __m512i limit = _mm512_set1_epi64(-(int64_t{1} << 30)), neg = _mm512_set1_epi64(int64_t{1} << 31);
+  __m512i even = _mm512_mul_epi32(x, q.mult);
+  __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), q.mult_odd);
+  const __mmask8 even_neg = _mm512_cmplt_epi64_mask(even, limit), odd_neg = _mm512_cmplt_epi64_mask(odd, limit);
+  even = _mm512_add_epi64(even, q.round_even);
+  odd = _mm512_add_epi64(odd, q.round_odd);
+  even = _mm512_mask_sub_epi64(even, even_neg, even, neg);
+  odd = _mm512_mask_sub_epi64(odd, odd_neg, odd, neg);
+  return _mm512_mask_blend_epi32(0xAAAA, _mm512_srav_epi64(even, q.shift_even), _mm512_srav_epi64(odd, q.shift_odd));
+}
+
+// The Fp form; *retry: lanes it cannot vouch for.
+static inline __m512i requantize_fp(__m512i x, const FpRq& q, __mmask16* retry) {
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 offset = _mm512_mask_blend_ps(_mm512_movepi32_mask(x), q.offset_pos, q.offset_neg);
+  const __m512 v = _mm512_fmadd_round_ps(_mm512_cvt_roundepi32_ps(x, kNearest), q.scale, offset, kNearest);
+  const __m512i w = _mm512_cvt_roundps_epi32(v, kNearest);
+  *retry = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(2047));
+  return _mm512_srai_epi32(w, 11);
 }
 
 // The output stage's constants: int16 zero point and clamp bounds (16-lane path), bytes (GEMM path).
@@ -138,13 +213,35 @@ static inline void store_row16(uint8_t* c, __m128i v, size_t nr) {
   else _mm_mask_storeu_epi8(c, static_cast<__mmask16>((1u << nr) - 1u), v);
 }
 
-// Requantizes and stores an M x 16 GEMM tile (rows < mr, columns < nr); rq: kQu8RqRows x 16.
+// requantize() of x with a tile's constants (the Fp form's rare retries: out of the hot loop).
+__attribute__((noinline)) static __m512i requantize_table(__m512i x, const int32_t* rq) {
+  return requantize(x, rq_load(rq, 16, 0));
+}
+
+// Requantizes and stores an M x 16 GEMM tile (rows < mr, columns < nr); rq: kQu8RqRows x 16. Tiles
+// whose columns allow it take the Fp form (7 operations per row where requantize needs 12-14, and
+// no rq_make per tile: what small-K GEMMs, as MobileNets' 1x1 expansions, spend most time on).
 template <size_t M>
 static inline void store_tile(__m512i* acc, size_t mr, size_t nr, const int32_t* rq, uint8_t* c, size_t ldc,
                               const Qu8Output* out) {
-  const RqVec q = rq_load(rq, 16, 0);
+  const __mmask16 cols = nr >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << nr) - 1u);
+  const __m512i mult = _mm512_loadu_si512(rq + kQu8RqMultiplier * 16);
+  const __m512i right = _mm512_loadu_si512(rq + kQu8RqRight * 16);
+  if (fp_rq_allowed(mult, _mm512_loadu_si512(rq + kQu8RqLeft * 16), right, cols)) {
+    // Columns past nr (padding, multiplier 0) get harmless constants.
+    const FpRq q = fp_rq_make(_mm512_mask_mov_epi32(_mm512_set1_epi32(1 << 30), cols, mult),
+                              _mm512_mask_mov_epi32(_mm512_set1_epi32(1), cols, right));
 #pragma GCC unroll 8
-  for (size_t i = 0; i < M; ++i) acc[i] = requantize(acc[i], q);
+    for (size_t i = 0; i < M; ++i) {
+      __mmask16 retry;
+      const __m512i r = requantize_fp(acc[i], q, &retry);
+      acc[i] = __builtin_expect((retry & cols) != 0, 0) ? requantize_table(acc[i], rq) : r;
+    }
+  } else {
+    const RqVec q = rq_load(rq, 16, 0);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < M; ++i) acc[i] = requantize(acc[i], q);
+  }
   const OutVec o = out_vec(*out);
 #pragma GCC unroll 2
   for (size_t i0 = 0; i0 < M; i0 += 4) {
@@ -190,96 +287,6 @@ static inline void tap_range(size_t o, size_t stride, size_t kernel, size_t dil,
 
 // 16 bytes (those in m) widened to int32 lanes.
 static inline __m512i load16_u8(const uint8_t* p, __mmask16 m) { return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p)); }
-
-// The columns [lo, hi) of output positions whose window lies inside [0, extent) along one axis.
-static inline void inside_range(size_t out, size_t stride, size_t kernel, size_t dil, size_t pad, size_t extent, size_t* lo,
-                  size_t* hi) {
-  const size_t span = (kernel - 1) * dil;
-  *lo = min_size(out, div_up(pad, stride));
-  *hi = extent + pad < span + 1 ? *lo : min_size(out, (extent - 1 + pad - span) / stride + 1);
-  if (*hi < *lo) *hi = *lo;
-}
-
-// One output pixel of a full 16-channel block whose window lies inside the input: from bias_folded,
-// raw bytes times the weights. KW = 3 (the common kernel width) unrolls the row and gives each
-// column its own accumulator: one chain through all KH*KW taps (vpmaddwd + vpaddd, or vpdpwssd: ~5
-// cycles each on Zen 4) outlasts the out-of-order window that would overlap neighbouring pixels.
-// KW = 0: any width, one chain.
-template <size_t KW, class Tap>
-static inline __m512i depthwise_inside(const Qu8DepthwiseArgs* a, const uint8_t* p, const int32_t* wc, __m512i bias) {
-  const size_t C = a->c;
-  const size_t row_step = a->dil_h * a->w * a->in_stride, col_step = a->dil_w * a->in_stride;
-  auto x_at = [&](const uint8_t* q) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))); };
-  if constexpr (KW == 3) {
-    __m512i acc0 = bias, acc1 = _mm512_setzero_si512(), acc2 = _mm512_setzero_si512();
-    for (size_t ky = 0; ky < a->kh; ++ky, p += row_step, wc += 3 * C) {
-      acc0 = Tap::tap(acc0, x_at(p), _mm512_loadu_si512(wc));
-      acc1 = Tap::tap(acc1, x_at(p + col_step), _mm512_loadu_si512(wc + C));
-      acc2 = Tap::tap(acc2, x_at(p + 2 * col_step), _mm512_loadu_si512(wc + 2 * C));
-    }
-    return _mm512_add_epi32(acc0, _mm512_add_epi32(acc1, acc2));
-  } else {
-    __m512i acc = bias;
-    for (size_t ky = 0; ky < a->kh; ++ky, p += row_step, wc += a->kw * C)
-      for (size_t kx = 0; kx < a->kw; ++kx) acc = Tap::tap(acc, x_at(p + kx * col_step), _mm512_loadu_si512(wc + kx * C));
-    return acc;
-  }
-}
-
-// Depthwise, 16 channels per block (int32 lanes): per tap, the input bytes widened to int32 lanes and
-// Tap::tap(acc, x, w) = acc + vpmaddwd(x, w) (vpdpwssd on VNNI) with weights_lo16, (int16 w, 0) per
-// lane: the low halves multiply, the lane's high half meets 0. A
-// pixel whose window lies inside the input starts from bias_folded and multiplies the raw bytes; a
-// border pixel starts from the bias, skips the padding taps and subtracts the zero point from the
-// others (ukernels.h, Qu8DepthwiseArgs). Channel blocks are the outer loop of a row, so a block's
-// requantization constants are set up once per row. Multiplier 1 only (the operator runs the scalar
-// kernel otherwise).
-template <size_t KW, class Tap>
-static void depthwise_16c(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
-  const size_t C = a->c, kw = a->kw;
-  const __m512i zp = _mm512_set1_epi32(a->input_zero_point);
-  const OutVec o = out_vec(a->out);
-  size_t ox_lo, ox_hi;
-  inside_range(a->ow, a->stride_w, kw, a->dil_w, a->pad_left, a->w, &ox_lo, &ox_hi);
-  for (size_t row = row_begin; row < row_end; ++row) {
-    const size_t b = row / a->oh, oy = row % a->oh;
-    size_t ky0, ky1;
-    tap_range(oy, a->stride_h, a->kh, a->dil_h, a->pad_top, a->h, &ky0, &ky1);
-    const bool rows_inside = ky0 == 0 && ky1 == a->kh;
-    const uint8_t* image = a->input + b * a->h * a->w * a->in_stride;
-    uint8_t* y = a->output + (b * a->oh + oy) * a->ow * a->out_stride;
-    for (size_t c0 = 0; c0 < C; c0 += 16) {
-      const __mmask16 m = first16(C - c0);
-      const RqVec q = rq_load(a->rq, C, c0, m);
-      const __m512i bias = a->bias != nullptr ? _mm512_maskz_loadu_epi32(m, a->bias + c0) : _mm512_setzero_si512();
-      const __m512i folded = _mm512_maskz_loadu_epi32(m, a->bias_folded + c0);
-      const int32_t* wc = a->weights_lo16 + c0;
-      // The window's top-left tap of output column ox: at ox * stride_w - pad_left (inside columns only).
-      const uint8_t* top = image + (oy * a->stride_h - (rows_inside ? a->pad_top : 0)) * a->w * a->in_stride + c0;
-      for (size_t ox = 0; ox < a->ow; ++ox) {
-        __m512i acc;
-        if (rows_inside && m == 0xFFFF && ox >= ox_lo && ox < ox_hi) {
-          acc = depthwise_inside<KW, Tap>(a, top + (ox * a->stride_w - a->pad_left) * a->in_stride, wc, folded);
-        } else {
-          size_t kx0, kx1;
-          tap_range(ox, a->stride_w, kw, a->dil_w, a->pad_left, a->w, &kx0, &kx1);
-          const bool inside = rows_inside && kx0 == 0 && kx1 == kw;
-          acc = inside ? folded : bias;
-          for (size_t ky = ky0; ky < ky1; ++ky) {
-            const size_t iy = oy * a->stride_h + ky * a->dil_h - a->pad_top;
-            for (size_t kx = kx0; kx < kx1; ++kx) {
-              const size_t ix = ox * a->stride_w + kx * a->dil_w - a->pad_left;
-              __m512i x = load16_u8(image + (iy * a->w + ix) * a->in_stride + c0, m);
-              if (!inside) x = _mm512_sub_epi32(x, zp);
-              acc = Tap::tap(acc, x, _mm512_maskz_loadu_epi32(m, wc + (ky * kw + kx) * C));
-            }
-          }
-        }
-        store16(y + ox * a->out_stride + c0, to_u8(requantize(acc, q), o), m);
-      }
-    }
-  }
-}
 
 // Calls body.template operator()<M>() with M = mr (1..8): each row count gets a kernel that
 // computes only its rows (GEMV, and the last tile of a pixel range).

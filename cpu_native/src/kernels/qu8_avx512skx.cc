@@ -12,6 +12,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <type_traits>
+
+#include "kernels/qu8_ukernels.h"
 #include "kernels/requantization.h"
 #include "kernels/ukernels.h"
 
@@ -19,6 +22,7 @@ namespace edgesdk::kernels {
 namespace {
 
 #include "kernels/qu8_avx512.inl"
+#include "kernels/qu8_avx512_dwconv.inl"
 
 constexpr size_t MR = kAvx512Qu8MR;  // 8
 static_assert(kAvx512Qu8NR == 16, "one zmm of int32 per row");
@@ -82,8 +86,36 @@ __m512i add_saturate(__m512i a, __m512i b) {
   return _mm512_mask_mov_epi32(sum, overflow, saturated);
 }
 
-// acc += vpmaddwd(x, w): the AVX-512BW depthwise tap (qu8_avx512.inl).
-struct MaddAdd {
+// The depthwise taps of the avx512 level (qu8_avx512_dwconv.inl): two kernel rows per int32 lane as
+// int16 (the raw bytes zero-extended, the weights sign-extended), vpmaddwd's two exact products
+// summed into the lane, then vpaddd.
+struct PairTaps {
+  static constexpr size_t kRows = 2;
+  static constexpr size_t kStreamPixels = 4;  // 3x3 streaming: 8 accumulators, 12 weight vectors a pass
+  static __m512i zp_vector(uint8_t zp) { return _mm512_set1_epi16(zp); }
+  // Rows r[0], r[1] (bytes) -> the int16 pairs (r0, r1) of vectors 0..3: bytes interleaved, then
+  // each byte followed by a zero byte.
+  template <class V>
+  static void interleave(const V* r, V* out) {
+    const V z = dw::zero<V>();
+    const V t0 = dw::unpacklo8(r[0], r[1]), t1 = dw::unpackhi8(r[0], r[1]);
+    out[0] = dw::unpacklo8(t0, z);
+    out[1] = dw::unpackhi8(t0, z);
+    out[2] = dw::unpacklo8(t1, z);
+    out[3] = dw::unpackhi8(t1, z);
+  }
+  // Vectors 2H, 2H + 1 of the interleave of 64-byte rows.
+  template <size_t H>
+  static void half(const __m512i* r, __m512i* out) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i t = H == 0 ? dw::unpacklo8(r[0], r[1]) : dw::unpackhi8(r[0], r[1]);
+    out[0] = dw::unpacklo8(t, z);
+    out[1] = dw::unpackhi8(t, z);
+  }
+  static int32_t weight_lane(const int8_t* w) {
+    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(w[0])) |
+                                static_cast<uint32_t>(static_cast<uint16_t>(w[1])) << 16);
+  }
   static __m512i tap(__m512i acc, __m512i x, __m512i w) { return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w)); }
 };
 
@@ -97,10 +129,14 @@ void qu8_igemm_8x16c4__avx512skx(size_t mr, size_t nr, size_t kc, size_t ks, con
 #undef EDGESDK_CALL
 }
 
+// Multiplier 1, weights packed by qu8_dw_pack__avx512skx (qu8_ukernels.h).
 void qu8_depthwise_16c__avx512skx(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
-  if (a->kw == 3) depthwise_16c<3, MaddAdd>(a, row_begin, row_end);
-  else depthwise_16c<0, MaddAdd>(a, row_begin, row_end);
+  dw::run<PairTaps>(a, row_begin, row_end);
 }
+
+size_t qu8_dw_bytes__avx512skx(size_t c, size_t kh, size_t kw) { return dw::packed_bytes<PairTaps>(c, kh, kw); }
+
+void qu8_dw_pack__avx512skx(const Qu8DwPackArgs* args, void* out) { dw::pack<PairTaps>(args, out); }
 
 void qu8_maxpool_64c__avx512skx(const Qu8PoolArgs* a, size_t row_begin, size_t row_end) {
   for (size_t row = row_begin; row < row_end; ++row) {
@@ -236,6 +272,28 @@ void qu8_requantize_16x__avx512skx(const uint8_t* x, uint8_t* y, size_t n, int32
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m = first16(n - i);
     store16(y + i, to_u8(requantize(_mm512_sub_epi32(load16_u8(x + i, m), zp), q), o), m);
+  }
+}
+
+// QuantizeLinear (qu8_ukernels.h): vdivps, vrndscaleps to nearest (halves to even), vaddps, then
+// vmaxps with the NaN on the left (it returns the right operand, qmin, for a NaN) and vminps; the
+// conversion is exact and vpmovdb keeps each code's low byte.
+void qu8_quantize_64x__avx512skx(const float* x, uint8_t* y, size_t n, const Qu8QuantizeParams* params) {
+  const __m512 scale = _mm512_set1_ps(params->scale), zp = _mm512_set1_ps(params->zero_point);
+  const __m512 lo = _mm512_set1_ps(static_cast<float>(params->qmin));
+  const __m512 hi = _mm512_set1_ps(static_cast<float>(params->qmax));
+  auto codes = [&](__m512 v) {
+    __m512 t = _mm512_roundscale_ps(_mm512_div_ps(v, scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    t = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(t, zp), lo), hi);
+    return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(t));
+  };
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (size_t j = 0; j < 4; ++j)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i + 16 * j), codes(_mm512_loadu_ps(x + i + 16 * j)));
+  for (; i < n; i += 16) {
+    const __mmask16 m = first16(n - i);
+    _mm_mask_storeu_epi8(y + i, m, codes(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 

@@ -6,6 +6,7 @@
 // scalar formulas.
 #include <arm_neon.h>
 
+#include "kernels/qu8_ukernels.h"
 #include "kernels/requantization.h"
 #include "kernels/ukernels.h"
 
@@ -381,6 +382,26 @@ void qu8_requantize_8x__neon(const uint8_t* x, uint8_t* y, size_t n, int32_t inp
     vst1_u8(y + i, to_u8x8(requantize(vmovl_s16(vget_low_s16(d)), q), requantize(vmovl_high_s16(d), q), o));
   }
   for (; i < n; ++i) y[i] = output_of(x[i] - input_zero_point, *rq, *out);
+}
+
+// QuantizeLinear (qu8_ukernels.h): FDIV, FRINTN (to nearest, halves to even), FADD, then FMAXNM
+// against qmin (a quiet NaN, which the division makes of any NaN, gives qmin) and FMIN; the
+// conversion is exact and XTN keeps each code's low byte. Tails run the scalar formulas.
+void qu8_quantize_16x__neon(const float* x, uint8_t* y, size_t n, const Qu8QuantizeParams* params) {
+  const float32x4_t scale = vdupq_n_f32(params->scale), zp = vdupq_n_f32(params->zero_point);
+  const float32x4_t lo = vdupq_n_f32(static_cast<float>(params->qmin));
+  const float32x4_t hi = vdupq_n_f32(static_cast<float>(params->qmax));
+  auto codes = [&](float32x4_t v) {
+    const float32x4_t t = vaddq_f32(vrndnq_f32(vdivq_f32(v, scale)), zp);
+    return vmovn_s32(vcvtq_s32_f32(vminq_f32(vmaxnmq_f32(t, lo), hi)));
+  };
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const int16x8_t a = vcombine_s16(codes(vld1q_f32(x + i)), codes(vld1q_f32(x + i + 4)));
+    const int16x8_t b = vcombine_s16(codes(vld1q_f32(x + i + 8)), codes(vld1q_f32(x + i + 12)));
+    vst1q_u8(y + i, vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(a), vmovn_s16(b))));
+  }
+  if (i < n) qu8_quantize__scalar(x + i, y + i, n - i, params);
 }
 
 }  // namespace edgesdk::kernels

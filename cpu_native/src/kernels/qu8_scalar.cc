@@ -2,6 +2,9 @@
 // SIMD ones (qu8_<isa>.cc) must match bit for bit. Written for clarity, not speed: accumulators add
 // in uint32 (the modulo-2^32 arithmetic of every SIMD variant, without signed-overflow UB) and every
 // output goes through requantization.h's formulas.
+#include <cmath>
+
+#include "kernels/qu8_ukernels.h"
 #include "kernels/requantization.h"
 #include "kernels/ukernels.h"
 
@@ -173,6 +176,17 @@ void qu8_mul__scalar(const Qu8BinaryArgs* a, size_t row_begin, size_t row_end) {
 void qu8_requantize__scalar(const uint8_t* x, uint8_t* y, size_t n, int32_t input_zero_point, const Qu8Requant* rq,
                             const Qu8Output* out) {
   for (size_t i = 0; i < n; ++i) y[i] = output_of(static_cast<uint32_t>(x[i] - input_zero_point), *rq, *out);
+}
+
+// QuantizeLinear (qu8_ukernels.h): fp32 division, nearbyint in the default rounding mode (to
+// nearest, halves to even), fp32 addition, NaN -> qmin, clamp, the code's low byte.
+void qu8_quantize__scalar(const float* x, uint8_t* y, size_t n, const Qu8QuantizeParams* params) {
+  const float lo = static_cast<float>(params->qmin), hi = static_cast<float>(params->qmax);
+  for (size_t i = 0; i < n; ++i) {
+    float t = std::nearbyint(x[i] / params->scale) + params->zero_point;
+    t = std::isnan(t) ? lo : t < lo ? lo : t > hi ? hi : t;
+    y[i] = static_cast<uint8_t>(static_cast<int32_t>(t));
+  }
 }
 
 }  // namespace edgesdk::kernels

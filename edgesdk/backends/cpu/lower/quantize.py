@@ -26,9 +26,18 @@ def quantize_linear(node: Node, b: Builder) -> None:
         return fallback(node, b, "per-axis QuantizeLinear")
     scale = np.float32(scalar(b.graph.const(node.inputs[1])))
     zp = np.float32(zero_point(b.graph.const(node.input(2))))
-    lo, hi = dtype_range(b.graph.tensors[node.outputs[0]].dtype)
+    out_dtype = b.graph.tensors[node.outputs[0]].dtype
+    lo, hi = dtype_range(out_dtype)
     x = b.read_stored(node.inputs[0])
     y = b.write(node.outputs[0], x.layout)
+    if b.graph.tensors[node.inputs[0]].dtype == np.float32 and np.dtype(out_dtype) in (np.dtype(np.uint8),
+                                                                                       np.dtype(np.int8)):
+        # The native kernel computes what the numpy pass below does, bit for bit (qu8_ukernels.h,
+        # Qu8QuantizeParams): fp32 division, halves to even, + zero point, NaN -> the lowest code.
+        k, threads = native_kernels(), b.threads_for(node)
+        b.emit(node, "native", lambda v: partial(k.quantize_linear, v[x], float(scale), float(zp), v[y], threads),
+               f"per-tensor, {k.quantize_linear_kernel()}")
+        return
     scratch = b.scratch(b.shape(node.inputs[0]))
 
     def bind(v: Views) -> Runner:
@@ -111,9 +120,9 @@ def qlinear_conv(node: Node, b: Builder) -> None:
     threads = b.threads_for(node)
     if group == channels and w.shape[1] == 1 and group > 1:
         dw = np.ascontiguousarray(w[:, 0].transpose(1, 2, 0))  # (KH, KW, C*multiplier)
-        b.emit(node, "native", lambda v: partial(
-            k.qu8_depthwise_conv, v[x], dw, bias, x_zp, mult, shift, y_zp, qmin, qmax, v[y],
-            geometry["stride"], geometry["dilation"], geometry["pads"], threads), "int8 depthwise")
+        # Weights packed once for the level's kernel; run() keeps no state, so arenas share the plan.
+        plan = k.Qu8DepthwisePlan(dw, bias, x_zp, mult, shift, y_zp, qmin, qmax, list(x.storage_shape), **geometry)
+        b.emit(node, "native", lambda v: partial(plan.run, v[x], v[y], threads), f"int8 depthwise, {plan.kernel_name}")
         return
     if group != 1:
         return fallback(node, b, "grouped int8 convolution")
