@@ -29,7 +29,6 @@ share of predictions that changed, which bounds the accuracy change from above).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -191,8 +190,8 @@ def plan_within_budget(source, calibration: np.ndarray, max_drop: float, *, eval
     ``progress(done, total, stage)`` reports each stage; ``input_shapes`` and ``outputs`` as for
     ``pack_model``."""
     started = time.perf_counter()
-    _check_arguments(max_drop, objective, samples, calibration)
-    _check_arguments(max_drop, objective, sensitivity_samples, calibration)
+    _check_arguments(max_drop, objective, {"samples": samples, "sensitivity_samples": sensitivity_samples},
+                     calibration)
     everything = np.asarray(calibration, np.float32)
     calibration = everything[:samples]
     graph, batched = _graphs(source, len(calibration), input_shapes, outputs)
@@ -259,13 +258,14 @@ def _literal(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def _check_arguments(max_drop: float, objective: str, samples: int, calibration) -> None:
+def _check_arguments(max_drop: float, objective: str, counts: dict[str, int], calibration) -> None:
     if isinstance(max_drop, bool) or not isinstance(max_drop, (int, float)) or not 0 <= max_drop <= 100:
         raise InputError(f"max_drop must be a number of percentage points in [0, 100], got {max_drop!r}")
     if objective not in OBJECTIVES:
         raise InputError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise InputError(f"samples must be a positive integer, got {samples!r}")
+    for name, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InputError(f"{name} must be a positive integer, got {count!r}")
     if calibration is None or len(calibration) == 0:
         raise InputError("the accuracy budget needs calibration inputs (--calib DATA) to measure each layer on")
 

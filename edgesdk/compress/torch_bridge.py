@@ -99,13 +99,18 @@ class GraphModule(nn.Module):
         """The value the module computes with for a trainable tensor (subclasses may derive it)."""
         return self.parameter_for(tensor_name)
 
-    def forward(self, *inputs: torch.Tensor):
+    def environment(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        """Tensor name -> value before the first node runs: parameters, constant buffers, inputs."""
         if len(inputs) != len(self.input_names):
             raise TypeError(f"the graph takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
                             f"got {len(inputs)}")
         env: dict[str, torch.Tensor] = dict(self.tensor_params)
         env.update((name, getattr(self, attr)) for name, attr in self._buffer_of.items())
         env.update(zip(self.input_names, inputs))
+        return env
+
+    def forward(self, *inputs: torch.Tensor):
+        env = self.environment(inputs)
         for node in self.nodes:
             args = [env[name] if name else None for name in node.inputs]
             out = OPS[node.op].torch(self, node, *args)  # the op's torch lowering (edgesdk.ops)

@@ -207,12 +207,7 @@ class FakeQuantGraphModule(GraphModule):
             return {t: (np.float32(self.scale(t).item()), int(self.zero_point(t))) for t in self.keys}
 
     def forward(self, *inputs: torch.Tensor):
-        if len(inputs) != len(self.input_names):
-            raise TypeError(f"the graph takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
-                            f"got {len(inputs)}")
-        env: dict[str, torch.Tensor] = dict(self.tensor_params)
-        env.update((name, getattr(self, attr)) for name, attr in self._buffer_of.items())
-        env.update(zip(self.input_names, inputs))
+        env = self.environment(inputs)
         quantized: dict[str, torch.Tensor] = {}
 
         def fake(name: str) -> torch.Tensor:

@@ -307,9 +307,7 @@ def quantize_linear(ctx: LoweringContext, node: Node) -> list[Launch]:
     lo, hi = dtype_range(y_dtype)
     defines = {"QUANTIZE_LINEAR": 1, "TOTAL": y.size, **axis, "QMIN": lo, "QMAX": hi, "YQ_S": _signed(y_dtype),
                "Q_FP64": int(has_fp64(ctx)), **storage_defines(X=x.half)}
-    args = [x.buffer, ctx.raw(node.inputs[1], f"scale-fp32:{node.name}", scale),
-            ctx.raw(node.inputs[1], f"zero-point-int32:{node.name}", zp), y.buffer]
-    return [ctx.launch(FILE, "quantize_linear", defines, args, (ceil_div(y.size, ctx.vec),), "eltwise")]
+    return [_affine_launch(ctx, node, "quantize_linear", defines, x, y, scale, zp)]
 
 
 @kernel("DequantizeLinear")
@@ -318,9 +316,14 @@ def dequantize_linear(ctx: LoweringContext, node: Node) -> list[Launch]:
     x_dtype = _dtype(ctx, node.inputs[0])
     scale, zp, axis = _axis_params(ctx, node, x.shape)
     defines = {"DEQUANTIZE_LINEAR": 1, "TOTAL": y.size, **axis, "XQ_S": _signed(x_dtype), **storage_defines(Y=y.half)}
+    return [_affine_launch(ctx, node, "dequantize_linear", defines, x, y, scale, zp)]
+
+
+def _affine_launch(ctx: LoweringContext, node: Node, kernel_name: str, defines: dict, x, y, scale, zp) -> Launch:
+    """QuantizeLinear / DequantizeLinear: x, the scales (fp32) and zero points (int32) per tensor or axis, y."""
     args = [x.buffer, ctx.raw(node.inputs[1], f"scale-fp32:{node.name}", scale),
             ctx.raw(node.inputs[1], f"zero-point-int32:{node.name}", zp), y.buffer]
-    return [ctx.launch(FILE, "dequantize_linear", defines, args, (ceil_div(y.size, ctx.vec),), "eltwise")]
+    return ctx.launch(FILE, kernel_name, defines, args, (ceil_div(y.size, ctx.vec),), "eltwise")
 
 
 # -- pooling ----------------------------------------------------------------------------------------
