@@ -25,6 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
 #include "kernels/operators_qu8.h"
@@ -1472,6 +1475,81 @@ void test_qu8_conv(const KernelTable& t) {
   report(fam);
 }
 
+// Inputs that end where an inaccessible page begins: the GEMM kernels read round_up(K, 4) bytes of
+// a row (ukernels.h), so qu8_gemm and Qu8ConvPlan must run the last rows from copies (Qu8RowGuard)
+// when K % 4 != 0; a read past the end here is a SIGSEGV, not a wrong number.
+class GuardedBytes {
+ public:
+  explicit GuardedBytes(size_t bytes) {
+    page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    span_ = (bytes + page_ - 1) / page_ * page_ + page_;
+    base_ = static_cast<uint8_t*>(mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (base_ == MAP_FAILED) std::abort();
+    mprotect(base_ + span_ - page_, page_, PROT_NONE);
+    data_ = base_ + span_ - page_ - bytes;
+  }
+  ~GuardedBytes() { munmap(base_, span_); }
+  uint8_t* data() { return data_; }
+
+ private:
+  uint8_t *base_, *data_;
+  size_t page_, span_;
+};
+
+void test_qu8_overread(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_overread", t.name};
+  const Qu8Clamp cl = kQu8Clamps[0];
+  for (size_t k : {1, 2, 3, 5, 7, 27}) {
+    for (size_t lda : {k, k + 1}) {
+      const size_t m = 9, n = 17;
+      GuardedBytes a(m * lda - (lda - k));  // the last row ends the buffer
+      auto src = random_u8(m * lda);
+      std::memcpy(a.data(), src.data(), m * lda - (lda - k));
+      auto w = random_i8(n * k);
+      std::vector<int32_t> mult, shift;
+      qu8_channel_scales(n, std::sqrt(static_cast<double>(k)) * 74 * 74, 7, mult, shift);
+      auto packed = pack_qu8_gemm_weights(w.data(), n, k, nullptr, 3, mult.data(), shift.data(), 7, cl.qmin, cl.qmax, &t);
+      std::vector<uint8_t> c(m * n), want(m * n);
+      qu8_gemm(a.data(), m, lda, packed, c.data(), n, 2);
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          int64_t acc = 0;
+          for (size_t kk = 0; kk < k; ++kk) acc += (src[i * lda + kk] - 3) * w[j * k + kk];
+          want[i * n + j] = qu8ref::output(qu8ref::wrap(acc), mult[j], shift[j], 7, cl.qmin, cl.qmax);
+        }
+      check_bytes(fam, "qu8 gemm at a page end " + dims({m, n, k, lda}), c.data(), want.data(), c.size());
+    }
+  }
+  const ConvCase cases[] = {{1, 9, 9, 3, 16, geom(3, 3, 2, 1, 1, 1, 1, 1)}, {1, 8, 8, 1, 5, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+                            {2, 7, 7, 3, 9, geom(7, 7, 2, 1, 3, 3, 3, 3)}, {1, 5, 5, 6, 4, geom(1, 1, 1, 1, 0, 0, 0, 0)}};
+  for (const ConvCase& cc : cases) {
+    const size_t kdim = cc.g.kh * cc.g.kw * cc.c, bytes = cc.n * cc.h * cc.w * cc.c;
+    GuardedBytes x(bytes);
+    const auto src = random_u8(bytes);
+    auto w = random_i8(cc.oc * kdim);
+    std::vector<int32_t> mult, shift;
+    qu8_channel_scales(cc.oc, std::sqrt(static_cast<double>(kdim)) * 74 * 74, 5, mult, shift);
+    auto packed = pack_qu8_gemm_weights(w.data(), cc.oc, kdim, nullptr, 11, mult.data(), shift.data(), 5, cl.qmin,
+                                        cl.qmax, &t, cc.g.kh, cc.g.kw);
+    Qu8ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed);
+    const size_t pixels = cc.n * plan.out_h() * plan.out_w();
+    for (int run = 0; run < 2; ++run) {  // new bytes in the same buffer: the copies must follow
+      std::vector<uint8_t> xr = src;
+      if (run == 1)
+        for (auto& v : xr) v = static_cast<uint8_t>(255 - v);
+      std::memcpy(x.data(), xr.data(), bytes);
+      const auto want = qu8_naive_conv(cc, xr.data(), w.data(), nullptr, 11, mult.data(), shift.data(), 5, cl,
+                                       plan.out_h(), plan.out_w());
+      std::vector<uint8_t> y(pixels * cc.oc);
+      plan.run(x.data(), y.data(), 2);
+      check_bytes(fam, "qu8 conv at a page end " + dims({cc.n, cc.h, cc.w, cc.c, cc.g.kh}) + (run ? " (new bytes)" : ""),
+                  y.data(), want.data(), y.size());
+    }
+  }
+  report(fam);
+}
+
 void test_qu8_depthwise(const KernelTable& t) {
   reseed();
   Family fam{"qu8_depthwise", t.name};
@@ -1795,6 +1873,7 @@ int main(int argc, char** argv) {
     test_qu8_requant(t);
     test_qu8_gemm(t);
     test_qu8_conv(t);
+    test_qu8_overread(t);
     test_qu8_depthwise(t);
     test_qu8_eltwise(t);
     test_qu8_pool(t);

@@ -105,6 +105,24 @@ PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, cons
   return out;
 }
 
+void Qu8RowGuard::plan(size_t rows, size_t stride, size_t width) {
+  rows_ = rows;
+  stride_ = stride;
+  width_ = width;
+  padded_ = round_up(width, 4);
+  const size_t excess = padded_ - width;
+  first_ = rows;
+  while (first_ > 0 && (rows - first_) * stride < excess) --first_;  // row first_ - 1 is unsafe
+  if (first_ < rows) {
+    copies_ = AlignedBuffer<uint8_t>((rows - first_) * padded_);
+    std::memset(copies_.data(), 0, copies_.size());
+  }
+}
+
+void Qu8RowGuard::fill(const uint8_t* base) {
+  for (size_t i = first_; i < rows_; ++i) std::memcpy(copies_.data() + (i - first_) * padded_, base + i * stride_, width_);
+}
+
 void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w, uint8_t* c, size_t ldc,
               size_t threads) {
   if (m == 0) return;
@@ -112,6 +130,9 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
   require(lda >= w.k && ldc >= w.n, "qu8_gemm: row stride smaller than the row");
   const KernelTable& t = *w.table;
   const size_t mr = w.mr, nr = w.nr;
+  Qu8RowGuard guard;  // a copy of the last rows when K % 4 != 0 (an allocation only then)
+  guard.plan(m, lda, w.k);
+  guard.fill(a);
   // Tiles as gemm() cuts them (operators.cc): row blocks of 16 microtiles, panels split further
   // only to feed the threads. No K blocking: the requantization is fused, so a tile needs its
   // whole sum in one call; a panel is K * NR bytes (int16: 2x), 74 KB at K = 4608, read from L2.
@@ -131,7 +152,7 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
       const size_t ncur = min_size(nr, w.n - p * nr);
       for (size_t i0 = m0; i0 < m1; i0 += mr) {
         const size_t mcur = min_size(mr, m1 - i0);
-        for (size_t i = 0; i < mr; ++i) rows[i] = a + (i0 + min_size(i, mcur - 1)) * lda;
+        for (size_t i = 0; i < mr; ++i) rows[i] = guard.row(a, i0 + min_size(i, mcur - 1));
         t.qu8_igemm(mcur, ncur, w.k, 1, rows, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p), c + i0 * ldc + p * nr,
                     ldc, &w.out);
       }
@@ -174,9 +195,16 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
   }
   if (input != built_input_ || in_stride != built_stride_ || indirection_.empty()) {
     fill_indirection<uint8_t>(indirection_, input, in_stride, padding_.data(), w.mr, n_, h_, w_, oh_, ow_, g_);
+    guard_.plan(n_ * h_ * w_, in_stride, c_);
+    if (guard_.first() < n_ * h_ * w_) {
+      const uint8_t* unsafe = input + guard_.first() * in_stride;
+      for (const uint8_t*& p : indirection_)
+        if (p != padding_.data() && p >= unsafe) p = guard_.copy(static_cast<size_t>(p - input) / in_stride);
+    }
     built_input_ = input;
     built_stride_ = in_stride;
   }
+  guard_.fill(input);
   const KernelTable& t = *w.table;
   const size_t mr = w.mr, nr = w.nr, ks = w.ks();
   const size_t pixels = n_ * oh_ * ow_;

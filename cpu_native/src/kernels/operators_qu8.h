@@ -60,6 +60,25 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
 // ones run as one GEMM, the others as indirect GEMM over an indirection buffer ([pixel tile]
 // [kernel position][MR] input-row pointers, padding pointing at a vector of x_zp bytes) built on
 // the first run and rebuilt when the input pointer or pixel stride changes.
+// The rows of a buffer (`rows` rows `stride` bytes apart, `width` bytes used in each) whose
+// round_up(width, 4)-byte reads by a qu8 GEMM kernel (ukernels.h) would pass the buffer's end: the
+// last one to three, when width % 4 != 0 and the stride leaves less than the excess. They are
+// read from zero-padded copies, refreshed by fill() before every run.
+class Qu8RowGuard {
+ public:
+  void plan(size_t rows, size_t stride, size_t width);
+  void fill(const uint8_t* base);
+  const uint8_t* row(const uint8_t* base, size_t i) const {
+    return i >= first_ ? copies_.data() + (i - first_) * padded_ : base + i * stride_;
+  }
+  size_t first() const { return first_; }
+  const uint8_t* copy(size_t i) const { return copies_.data() + (i - first_) * padded_; }
+
+ private:
+  size_t rows_ = 0, first_ = 0, stride_ = 0, width_ = 0, padded_ = 0;
+  AlignedBuffer<uint8_t> copies_;
+};
+
 class Qu8ConvPlan {
  public:
   Qu8ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedQu8Weights& weights);
@@ -76,6 +95,7 @@ class Qu8ConvPlan {
   bool direct_gemm_;
   std::vector<const uint8_t*> indirection_;
   AlignedBuffer<uint8_t> padding_;  // C bytes of x_zp
+  Qu8RowGuard guard_;               // the input's last pixels, when C % 4 != 0
   const uint8_t* built_input_ = nullptr;
   size_t built_stride_ = 0;
 };

@@ -169,14 +169,6 @@ int32_t load_u32(const uint8_t* p) {
   return v;
 }
 
-// The last 1-3 bytes of a row, upper bytes zero; nothing past the row is read.
-int32_t load_u32_tail(const uint8_t* p, size_t n) {
-  uint32_t v = p[0];
-  if (n > 1) v |= static_cast<uint32_t>(p[1]) << 8;
-  if (n > 2) v |= static_cast<uint32_t>(p[2]) << 16;
-  return static_cast<int32_t>(v);
-}
-
 // acc[0..1] += the 4 k of activation word x32 against one step of Qu8Layout::C4Split16: the word
 // x0 | x1 << 8 | x2 << 16 | x3 << 24 gives the int16 pairs (x0, x2) under a mask and (x1, x3) after
 // a 16-bit shift by 8 (no shuffle), each multiplied with its int16 weight pairs by vpmaddwd.
@@ -201,26 +193,18 @@ void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, 
     acc[i][0] = b0;
     acc[i][1] = b1;
   }
-  const size_t kb = kc & ~size_t{3}, tail = kc & 3;
   for (size_t s = 0; s < ks; ++s) {
     const uint8_t* r[M];
 #pragma GCC unroll 4
     for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    for (size_t k = 0; k < kb; k += 4) {
+    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
+    for (size_t k = 0; k < kc; k += 4) {
       __m256i wv[4];
 #pragma GCC unroll 4
       for (size_t v = 0; v < 4; ++v) wv[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
       w += 64;
 #pragma GCC unroll 4
       for (size_t i = 0; i < M; ++i) step(acc[i], load_u32(r[i] + k), wv);
-    }
-    if (tail != 0) {
-      __m256i wv[4];
-#pragma GCC unroll 4
-      for (size_t v = 0; v < 4; ++v) wv[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
-      w += 64;
-#pragma GCC unroll 4
-      for (size_t i = 0; i < M; ++i) step(acc[i], load_u32_tail(r[i] + kb, tail), wv);
     }
   }
   // The fp32 form where the tile's columns (< nr) allow it and MXCSR rounds to nearest.

@@ -261,15 +261,6 @@ static inline int32_t load_u32(const uint8_t* p) {
   return v;
 }
 
-// The last 1-3 bytes of a row in the low bytes of a 32-bit value, upper bytes zero: the bytes past
-// the row are not read (they may be past the end of the input); zero weights meet the zeros.
-static inline int32_t load_u32_tail(const uint8_t* p, size_t n) {
-  uint32_t v = p[0];
-  if (n > 1) v |= static_cast<uint32_t>(p[1]) << 8;
-  if (n > 2) v |= static_cast<uint32_t>(p[2]) << 16;
-  return static_cast<int32_t>(v);
-}
-
 static inline __mmask16 first16(size_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }

@@ -46,22 +46,16 @@ void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, 
   const __m512i b = _mm512_loadu_si512(bias);
 #pragma GCC unroll 8
   for (size_t i = 0; i < M; ++i) acc[i] = b;
-  const size_t kb = kc & ~size_t{3}, tail = kc & 3;
   for (size_t s = 0; s < ks; ++s) {
     const uint8_t* r[M];
 #pragma GCC unroll 8
     for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    for (size_t k = 0; k < kb; k += 4) {
+    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
+    for (size_t k = 0; k < kc; k += 4) {
       const __m512i wa = _mm512_load_si512(w), wb = _mm512_load_si512(w + 32);
       w += 64;
 #pragma GCC unroll 8
       for (size_t i = 0; i < M; ++i) acc[i] = step(acc[i], load_u32(r[i] + k), wa, wb);
-    }
-    if (tail != 0) {
-      const __m512i wa = _mm512_load_si512(w), wb = _mm512_load_si512(w + 32);
-      w += 64;
-#pragma GCC unroll 8
-      for (size_t i = 0; i < M; ++i) acc[i] = step(acc[i], load_u32_tail(r[i] + kb, tail), wa, wb);
     }
   }
   store_tile<M>(acc, mr, nr, rq, c, ldc, out);

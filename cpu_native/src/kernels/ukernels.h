@@ -287,8 +287,11 @@ struct Qu8Output {
 //   c[i*ldc + j] = requantize(acc, channel j of rq (kQu8RqRows x NR), out).
 // The input zero point is folded into the packed bias (operators_qu8.h): padding rows point at a
 // vector of zero-point bytes, which the folded bias cancels. Packed weights of one NR-wide panel
-// are [ks][round_up(kc, KR)][NR] in the level's Qu8Layout (below); past kc they are zero, and the
-// kernels read no activation byte past kc.
+// are [ks][round_up(kc, KR)][NR] in the level's Qu8Layout (below); past kc they are zero. A kernel
+// may read round_up(kc, 4) bytes of every row, as XNNPACK's do: the bytes past kc meet zero
+// weights, so their values never matter, but they must be readable. The callers guarantee it
+// (operators_qu8.cc: Qu8RowGuard). Byte-by-byte tails made C = 3 inputs (an RGB network's first
+// convolution: every tap a tail) 2x slower.
 using Qu8IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
                                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out);
 
