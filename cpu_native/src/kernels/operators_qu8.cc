@@ -355,6 +355,22 @@ void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_p
 namespace {
 
 void run_binary(Qu8BinaryUkernel kernel, const Qu8BinaryArgs& args, size_t rows, size_t threads) {
+  if (args.broadcast == Broadcast::None) {
+    // Same-shape operands are one flat run of rows * C values: tasks of 16K values (a multiple
+    // of 64, so every task but the last fills whole vectors; rows of C = 24 left a third of
+    // the second 16-lane vector idle), each one row of the kernel.
+    const size_t total = rows * args.c, per_task = 16384;
+    parallel_for(div_up(total, per_task), threads, [&](size_t begin, size_t end) {
+      Qu8BinaryArgs part = args;
+      const size_t first = begin * per_task;
+      part.a += first;
+      part.b += first;
+      part.y += first;
+      part.c = min_size(total, end * per_task) - first;
+      kernel(&part, 0, 1);
+    });
+    return;
+  }
   // Rows grouped so each task moves at least ~16K values.
   const size_t rows_per_task = max_size(1, 16384 / max_size(args.c, 1));
   parallel_for(div_up(rows, rows_per_task), threads, [&](size_t begin, size_t end) {

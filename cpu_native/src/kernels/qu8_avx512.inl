@@ -158,10 +158,15 @@ static inline __m512i requantize_int(__m512i x, const IntRq& q) {
   return _mm512_mask_blend_epi32(0xAAAA, _mm512_srav_epi64(even, q.shift_even), _mm512_srav_epi64(odd, q.shift_odd));
 }
 
-// The Fp form; *retry: lanes it cannot vouch for.
+// The Fp form; *retry: lanes it cannot vouch for. kAnySign = false gives every lane the
+// non-negative offset: right for x >= 0, and for x < 0 (e >= 1) it computes floor(u + d_pos) with
+// u < 0 and d_pos = 1/2 + 2^(-1-e) < 1, so a result <= 0, as the exact one is: when the output
+// clamps at or above its zero point (fused Relu / Relu6), both become qmin.
+template <bool kAnySign = true>
 static inline __m512i requantize_fp(__m512i x, const FpRq& q, __mmask16* retry) {
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  const __m512 offset = _mm512_mask_blend_ps(_mm512_movepi32_mask(x), q.offset_pos, q.offset_neg);
+  const __m512 offset = kAnySign ? _mm512_mask_blend_ps(_mm512_movepi32_mask(x), q.offset_pos, q.offset_neg)
+                                 : q.offset_pos;
   const __m512 v = _mm512_fmadd_round_ps(_mm512_cvt_roundepi32_ps(x, kNearest), q.scale, offset, kNearest);
   const __m512i w = _mm512_cvt_roundps_epi32(v, kNearest);
   *retry = _mm512_testn_epi32_mask(w, _mm512_set1_epi32(2047));
@@ -218,25 +223,41 @@ __attribute__((noinline)) static __m512i requantize_table(__m512i x, const int32
   return requantize(x, rq_load(rq, 16, 0));
 }
 
+// The Fp form over a tile's rows, the lanes it cannot vouch for (rare) redone in integers.
+template <size_t M, bool kAnySign>
+__attribute__((always_inline)) static inline void requantize_rows_fp(__m512i* acc, const FpRq& q, __mmask16 cols, const int32_t* rq) {
+  __m512i r[M];
+  __mmask16 retry[M], any = 0;
+#pragma GCC unroll 8
+  for (size_t i = 0; i < M; ++i) {
+    r[i] = requantize_fp<kAnySign>(acc[i], q, &retry[i]);
+    any |= retry[i];
+  }
+  if (__builtin_expect((any & cols) != 0, 0)) {
+    // Unrolled like every loop over the rows: one indexed by a run-time i would make GCC keep
+    // the accumulators in memory through the whole K loop (2x slower GEMMs).
+#pragma GCC unroll 8
+    for (size_t i = 0; i < M; ++i)
+      if ((retry[i] & cols) != 0) r[i] = requantize_table(acc[i], rq);
+  }
+#pragma GCC unroll 8
+  for (size_t i = 0; i < M; ++i) acc[i] = r[i];
+}
+
 // Requantizes and stores an M x 16 GEMM tile (rows < mr, columns < nr); rq: kQu8RqRows x 16. Tiles
-// whose columns allow it take the Fp form (7 operations per row where requantize needs 12-14, and
-// no rq_make per tile: what small-K GEMMs, as MobileNets' 1x1 expansions, spend most time on).
+// whose columns allow it take the Fp form with the constants packed beside the integer ones
+// (kQu8RqFpScale..: 5 operations a row with a fused Relu, 7 without, where requantize needs 12-14;
+// small-K GEMMs, as MobileNets' 1x1 expansions, spend most of their time here).
 template <size_t M>
-static inline void store_tile(__m512i* acc, size_t mr, size_t nr, const int32_t* rq, uint8_t* c, size_t ldc,
+__attribute__((always_inline)) static inline void store_tile(__m512i* acc, size_t mr, size_t nr, const int32_t* rq, uint8_t* c, size_t ldc,
                               const Qu8Output* out) {
   const __mmask16 cols = nr >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << nr) - 1u);
-  const __m512i mult = _mm512_loadu_si512(rq + kQu8RqMultiplier * 16);
-  const __m512i right = _mm512_loadu_si512(rq + kQu8RqRight * 16);
-  if (fp_rq_allowed(mult, _mm512_loadu_si512(rq + kQu8RqLeft * 16), right, cols)) {
-    // Columns past nr (padding, multiplier 0) get harmless constants.
-    const FpRq q = fp_rq_make(_mm512_mask_mov_epi32(_mm512_set1_epi32(1 << 30), cols, mult),
-                              _mm512_mask_mov_epi32(_mm512_set1_epi32(1), cols, right));
-#pragma GCC unroll 8
-    for (size_t i = 0; i < M; ++i) {
-      __mmask16 retry;
-      const __m512i r = requantize_fp(acc[i], q, &retry);
-      acc[i] = __builtin_expect((retry & cols) != 0, 0) ? requantize_table(acc[i], rq) : r;
-    }
+  const __m512 scale = _mm512_castsi512_ps(_mm512_loadu_si512(rq + kQu8RqFpScale * 16));
+  if (_mm512_mask_cmp_ps_mask(cols, scale, _mm512_setzero_ps(), _CMP_GT_OQ) == cols) {
+    const FpRq q{scale, _mm512_castsi512_ps(_mm512_loadu_si512(rq + kQu8RqFpOffsetPos * 16)),
+                 _mm512_castsi512_ps(_mm512_loadu_si512(rq + kQu8RqFpOffsetNeg * 16))};
+    if (out->qmin >= out->zero_point) requantize_rows_fp<M, false>(acc, q, cols, rq);
+    else requantize_rows_fp<M, true>(acc, q, cols, rq);
   } else {
     const RqVec q = rq_load(rq, 16, 0);
 #pragma GCC unroll 8

@@ -5,7 +5,9 @@
 // Everything here is `static inline` (common.h's ODR rule): SIMD files use it for their tails.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/ukernels.h"
 
@@ -70,6 +72,34 @@ static inline Qu8Requant qu8_requant_at(const int32_t* rq, size_t count, size_t 
                     rq[kQu8RqMask * count + j], rq[kQu8RqThreshold * count + j]};
 }
 
+// The fp32 form of requantize (qu8_avx512.inl, RqMode::Fp, where the proof is): scale m * 2^(-20-e)
+// with m rounded to the nearest float (ties to even: done here in integers, so the result does
+// not depend on the caller's rounding mode), offsets 1024 +- 2^(10-e) (1024 for e = 0). The form
+// applies to m > 0, no left shift and e <= 20; elsewhere scale is 0, which the kernels test.
+struct Qu8FpRequant {
+  float scale, offset_pos, offset_neg;
+};
+static inline Qu8FpRequant qu8_fp_requant(const Qu8Requant& r) {
+  if (r.multiplier <= 0 || r.left_shift != 0 || r.right_shift > 20) return Qu8FpRequant{0.0f, 1024.0f, 1024.0f};
+  const uint32_t m = static_cast<uint32_t>(r.multiplier);
+  int exponent = 0;  // bits dropped to keep 24 significant ones
+  while ((m >> exponent) >= (uint32_t{1} << 24)) ++exponent;
+  uint32_t q = m >> exponent;
+  if (exponent > 0) {
+    const uint32_t dropped = m & ((uint32_t{1} << exponent) - 1), half = uint32_t{1} << (exponent - 1);
+    if (dropped > half || (dropped == half && (q & 1u) != 0)) ++q;  // q <= 2^24: still exact as a float
+  }
+  const float scale = std::ldexp(static_cast<float>(q), exponent - 20 - r.right_shift);
+  const float half = r.right_shift > 0 ? std::ldexp(1.0f, 10 - r.right_shift) : 0.0f;
+  return Qu8FpRequant{scale, 1024.0f + half, 1024.0f - half};
+}
+
+static inline int32_t qu8_float_bits(float v) {
+  int32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
 // Writes channel j of a kQu8RqRows x count table.
 static inline void qu8_set_requant(int32_t* rq, size_t count, size_t j, const Qu8Requant& r) {
   rq[kQu8RqMultiplier * count + j] = r.multiplier;
@@ -77,6 +107,10 @@ static inline void qu8_set_requant(int32_t* rq, size_t count, size_t j, const Qu
   rq[kQu8RqRight * count + j] = r.right_shift;
   rq[kQu8RqMask * count + j] = r.rounding_mask;
   rq[kQu8RqThreshold * count + j] = r.rounding_threshold;
+  const Qu8FpRequant f = qu8_fp_requant(r);
+  rq[kQu8RqFpScale * count + j] = qu8_float_bits(f.scale);
+  rq[kQu8RqFpOffsetPos * count + j] = qu8_float_bits(f.offset_pos);
+  rq[kQu8RqFpOffsetNeg * count + j] = qu8_float_bits(f.offset_neg);
 }
 
 // int32 addition modulo 2^32 (the accumulators' arithmetic; signed overflow would be UB).

@@ -272,7 +272,13 @@ struct Qu8Requant {
 };
 // Per-channel constants of `count` channels are stored as rows: row r (kQu8Rq*) of channel j at
 // rq[r * count + j], so a kernel loads one vector of each row per channel block.
-enum : size_t { kQu8RqMultiplier = 0, kQu8RqLeft, kQu8RqRight, kQu8RqMask, kQu8RqThreshold, kQu8RqRows };
+// The last three rows hold the fp32 form's constants as float bits (qu8_fp_requant in
+// requantization.h; scale 0 where that form does not apply), so a GEMM tile loads them rather than
+// deriving them from the integer rows on every call.
+enum : size_t {
+  kQu8RqMultiplier = 0, kQu8RqLeft, kQu8RqRight, kQu8RqMask, kQu8RqThreshold,
+  kQu8RqFpScale, kQu8RqFpOffsetPos, kQu8RqFpOffsetNeg, kQu8RqRows
+};
 
 // The output's zero point and the clamp [qmin, qmax] that carries fused activations (Relu clamps
 // at the zero point, Relu6 at [zero point, quant(6)]; 0..255 without one).

@@ -40,6 +40,10 @@ NCHW, NHWC = "nchw", "nhwc"
 # (MobileNetV3's squeeze-excitation scale of a 960x16x16 tensor) reads what both threads wrote;
 # on one thread half of it comes from the other core's cache (at 500k it took 3x its 1-thread time).
 PARALLEL_MIN_WORK = 100_000
+# Ops without multiply-accumulates whose values each cost several: QLinearAdd rescales both
+# operands and the sum in fixed point (three 64-bit multiply-and-shift steps a value). Counted by
+# elements, a 75K-value residual add (MobileNetV2) stayed on one thread: 80 µs, 2% of the model.
+WORK_PER_VALUE = {"QLinearAdd": 8, "QLinearMul": 4}
 
 Runner = Callable[[], None]
 
@@ -143,6 +147,7 @@ class Builder:
             work = sum(math.prod(self.shape(o)) for o in node.outputs if o) * math.prod(window)
             if node.op.startswith("Global"):
                 work = math.prod(self.shape(node.inputs[0]))
+            work *= WORK_PER_VALUE.get(node.op, 1)
         return self.threads if work >= PARALLEL_MIN_WORK else 1
 
     def is_activation(self, name: str | None) -> bool:
