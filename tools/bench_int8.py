@@ -66,6 +66,7 @@ ACCURACY_MODELS = ["lenet5", "mobilenet_v2", "mobilenet_v3_style", "resnet18", "
                    "ppocr_v4_det", "ppocr_v4_rec", "ppocr_mobile_v2_cls"]
 SPEED_MODELS = ["mobilenet_v2", "resnet18"]
 CALIBRATION, HELD_OUT = 64, 16
+SETTLE_S = 0.3  # pause before each timed block (speed)
 
 
 def model_file(name: str, shape: tuple[int, ...] | None = None) -> str:
@@ -284,6 +285,10 @@ def _speed_model(args, name: str, tmp: Path, litert: LiteRT | None) -> list[dict
         times = {k: [] for k in blocks}
         for r in range(args.rounds):
             for key in (list(blocks) if r % 2 == 0 else list(blocks)[::-1]):
+                # Every runtime's workers spin a while after a call (ours 1 ms, ONNX Runtime's and
+                # XNNPACK's longer): on 2 cores a block that starts while the last one's spin
+                # would share the cores with it. A pause lets them all go to sleep first.
+                time.sleep(SETTLE_S)
                 times[key] += blocks[key](args.min_time / args.rounds)
         med = {k: 1000 * float(np.median(v)) for k, v in times.items()}
         row = {"model": name, "threads": threads, **{f"{k}_ms": round(v, 3) for k, v in med.items()},
