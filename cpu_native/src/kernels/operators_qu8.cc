@@ -356,10 +356,11 @@ namespace {
 
 void run_binary(Qu8BinaryUkernel kernel, const Qu8BinaryArgs& args, size_t rows, size_t threads) {
   if (args.broadcast == Broadcast::None) {
-    // Same-shape operands are one flat run of rows * C values: tasks of 16K values (a multiple
+    // Same-shape operands are one flat run of rows * C values: tasks of 4K values (a multiple
     // of 64, so every task but the last fills whole vectors; rows of C = 24 left a third of
-    // the second 16-lane vector idle), each one row of the kernel.
-    const size_t total = rows * args.c, per_task = 16384;
+    // the second 16-lane vector idle; ~3 us each, so a 14x14x64 residual add splits too), each
+    // one row of the kernel.
+    const size_t total = rows * args.c, per_task = 4096;
     parallel_for(div_up(total, per_task), threads, [&](size_t begin, size_t end) {
       Qu8BinaryArgs part = args;
       const size_t first = begin * per_task;
