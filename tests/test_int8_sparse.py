@@ -255,3 +255,13 @@ def test_a_large_dense_int8_package_loads_every_time(tmp_path):
     assert path.stat().st_size > (1 << 20)
     for _ in range(20):
         assert any(node.op == "QGemm" for node in load_package(path).nodes)
+
+
+def test_inspect_names_the_int8_weights_encoding(packed):
+    """``inspect``'s per-node table fills the weights column of integer ops (input 3, not 1)."""
+    for key, expect in (("pruned", "csr"), ("dense", "int8")):
+        proc = subprocess.run([sys.executable, "-m", "edgesdk", "inspect", str(packed[key][0]), "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        rows = [r for r in json.loads(proc.stdout)["layers"] if r["op"] in INTEGER_OPS]
+        assert len(rows) == 4 and all(expect in r["weights"] for r in rows), rows

@@ -31,16 +31,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                    "stored_bytes": sum(t.stored_nbytes for t in graph.constants()),
                    "peak_activation_bytes": sess.plan.peak_activation_bytes},
     }
+    errors = _layer_errors(graph)
+    for x, node in zip(summary["layers"], graph.nodes):  # the table's columns, in the JSON too
+        x["weights"] = _weight_encoding(graph, node)
+        x["stored_bytes"] = _stored_bytes(graph, node)
+        if x["name"] in errors:
+            x["error_rms"] = errors[x["name"]]
     if args.json:
         emit_json(summary)
         return 0
-    for x, node in zip(summary["layers"], graph.nodes):
-        x["weights"] = _weight_encoding(graph, node)
-        x["stored_bytes"] = _stored_bytes(graph, node)
-    errors = _layer_errors(graph)
-    for x in summary["layers"]:
-        if x["name"] in errors:
-            x["error_rms"] = errors[x["name"]]
     rows = [[str(i), x.name, x.op, "x".join(map(str, x.output_shape)), format_count(x.params),
              format_count(x.macs), _weight_encoding(graph, node), format_bytes(_stored_bytes(graph, node)),
              f"{errors[x.name]:.3f}" if x.name in errors else ""]
@@ -85,7 +84,9 @@ def _layer_errors(graph) -> dict[str, float]:
 
 
 def _weight_encoding(graph, node) -> str:
-    weight = graph.tensors.get(node.inputs[1]) if node.op in ("Conv", "Gemm") and len(node.inputs) > 1 else None
+    from ..quant.encode import INTEGER_WEIGHT_OPS
+    index = 1 if node.op in ("Conv", "Gemm") else 3 if node.op in INTEGER_WEIGHT_OPS else None
+    weight = graph.tensors.get(node.inputs[index]) if index is not None and len(node.inputs) > index else None
     if weight is None or not weight.is_constant:
         return ""
     return weight.encoding.describe() if weight.encoding is not None else str(weight.dtype).replace("float", "fp")
