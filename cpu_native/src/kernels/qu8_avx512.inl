@@ -122,29 +122,11 @@ enum class RqMode { General, Int, Fp };
 struct IntRq {
   __m512i mult, mult_odd, round_even, round_odd, shift_even, shift_odd;
 };
+// The Fp form's constants, one lane per channel: loaded from the rq table's kQu8RqFpScale rows,
+// which qu8_fp_requant (requantization.h) computes once when the table is written.
 struct FpRq {
   __m512 scale, offset_pos, offset_neg;
 };
-
-// The Fp constants of multipliers m and right shifts e: scale m * 2^(-20-e) (the conversion of m
-// rounds to nearest, the power-of-two scaling is exact), offsets 1024 +- 2^(10-e) (1024 for e = 0).
-static inline FpRq fp_rq_make(__m512i mult, __m512i right) {
-  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-  const __m512 e = _mm512_cvtepi32_ps(right);
-  const __m512 half = _mm512_maskz_scalef_ps(_mm512_test_epi32_mask(right, right), _mm512_set1_ps(1.0f),
-                                             _mm512_sub_ps(_mm512_set1_ps(10.0f), e));
-  const __m512 base = _mm512_set1_ps(1024.0f);
-  return FpRq{_mm512_scalef_ps(_mm512_cvt_roundepi32_ps(mult, kNearest), _mm512_sub_ps(_mm512_set1_ps(-20.0f), e)),
-              _mm512_add_ps(base, half), _mm512_sub_ps(base, half)};
-}
-
-// Whether the lanes in m allow the Fp form: no left shift, multiplier > 0, right shift <= 20.
-static inline bool fp_rq_allowed(__m512i mult, __m512i left, __m512i right, __mmask16 m) {
-  const __mmask16 ok = _mm512_mask_cmpgt_epi32_mask(m, mult, _mm512_setzero_si512()) &
-                       _mm512_mask_cmple_epi32_mask(m, right, _mm512_set1_epi32(20)) &
-                       _mm512_mask_testn_epi32_mask(m, left, left);
-  return ok == m;
-}
 
 static inline __m512i requantize_int(__m512i x, const IntRq& q) {
   const __m512i limit = _mm512_set1_epi64(-(int64_t{1} << 30)), neg = _mm512_set1_epi64(int64_t{1} << 31);

@@ -228,25 +228,22 @@ void pack(const Qu8DwPackArgs* a, void* out) {
       }
       store_rq(rq + kQu8DwAvx512RqLines * k, q);
     }
-    // The Fp form (see RqMode) where every channel of the block allows it; lanes past the channels
-    // take m = 2^30, e = 1.
+    // The Fp form (see RqMode) where every channel of the block allows it (the table's
+    // kQu8RqFpScale row is 0 where a channel does not); lanes past the channels take the constants
+    // of m = 2^30, e = 1.
     bool fp = true;
     for (size_t k = 0; k < nk; ++k)
-      for (size_t i = 0; i < 16; ++i) {
-        const size_t c = ch(k, i);
-        if (c == C) continue;
-        const int32_t m = a->rq[kQu8RqMultiplier * C + c], e = a->rq[kQu8RqRight * C + c];
-        fp = fp && a->rq[kQu8RqLeft * C + c] == 0 && m > 0 && e <= 20;
+      for (size_t i = 0; i < 16; ++i)
+        if (ch(k, i) < C) fp = fp && qu8_float_of(a->rq[kQu8RqFpScale * C + ch(k, i)]) > 0.0f;
+    const Qu8FpRequant pad = qu8_fp_requant(qu8_requant_of(1 << 30, -1));
+    const int32_t pad_lane[3] = {qu8_float_bits(pad.scale), qu8_float_bits(pad.offset_pos), qu8_float_bits(pad.offset_neg)};
+    for (size_t k = 0; k < nk; ++k)
+      for (size_t r = 0; r < 3; ++r) {  // scale (0 when not fp), offset for x >= 0, offset for x < 0
+        for (size_t i = 0; i < 16; ++i)
+          lanes[i] = ch(k, i) < C ? a->rq[(kQu8RqFpScale + r) * C + ch(k, i)] : pad_lane[r];
+        const __m512i row = r == 0 && !fp ? _mm512_setzero_si512() : _mm512_load_si512(lanes);
+        _mm512_store_si512(rq + kQu8DwAvx512RqLines * k + 9 + r, row);
       }
-    for (size_t k = 0; k < nk; ++k) {
-      for (size_t i = 0; i < 16; ++i) lanes[i] = ch(k, i) < C ? a->rq[kQu8RqMultiplier * C + ch(k, i)] : 1 << 30;
-      const __m512i mult = _mm512_load_si512(lanes);
-      for (size_t i = 0; i < 16; ++i) lanes[i] = ch(k, i) < C ? a->rq[kQu8RqRight * C + ch(k, i)] : 1;
-      const FpRq f = fp_rq_make(mult, _mm512_load_si512(lanes));  // rounds to nearest whatever MXCSR says
-      _mm512_store_si512(rq + kQu8DwAvx512RqLines * k + 9, _mm512_castps_si512(fp ? f.scale : _mm512_setzero_ps()));
-      _mm512_store_si512(rq + kQu8DwAvx512RqLines * k + 10, _mm512_castps_si512(f.offset_pos));
-      _mm512_store_si512(rq + kQu8DwAvx512RqLines * k + 11, _mm512_castps_si512(f.offset_neg));
-    }
     fill(rq + kQu8DwAvx512RqLines * nk, [&](size_t i) {
       return i == 0 ? int32_t{any_left} : i == 1 ? int32_t{any_min} : i == 2 ? int32_t{odd_high} : i == 3 ? int32_t{fp} : 0;
     });

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/qu8_ukernels.h"
+#include "kernels/requantization.h"
 #include "kernels/ukernels.h"
 
 namespace edgesdk::kernels {

@@ -99,6 +99,11 @@ static inline int32_t qu8_float_bits(float v) {
   std::memcpy(&bits, &v, sizeof bits);
   return bits;
 }
+static inline float qu8_float_of(int32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
 
 // Writes channel j of a kQu8RqRows x count table.
 static inline void qu8_set_requant(int32_t* rq, size_t count, size_t j, const Qu8Requant& r) {
