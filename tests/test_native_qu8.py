@@ -290,6 +290,8 @@ DW_GEOMETRIES = [
     (1, 4, 4, 32, (3, 3), (1, 1), (1, 1), [3, 3, 3, 3]),       # windows entirely in the padding
     (1, 3, 40, 1, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),       # one channel, a long row
     (1, 2, 2, 200, (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),      # one output pixel
+    (1, 7, 7, 200, (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),      # few rows: channel slices on 2 threads
+    (1, 14, 14, 72, (3, 3), (2, 2), (1, 1), [0, 0, 1, 1]),
 ]
 
 

@@ -1814,12 +1814,13 @@ void test_thread_pool() {
   Family fam{"thread_pool", "any"};
   for (Partition part : {Partition::Static, Partition::Dynamic})
     for (size_t threads : {1, 2, 3, 8})
-      for (size_t n : {1, 2, 5, 1000}) {
+      for (size_t n : {1, 2, 5, 13, 1000})
+        for (size_t chunk : {1, 3, 64}) {  // Dynamic: own range first, then stolen chunks
         std::vector<std::atomic<int>> hits(n);
         for (auto& h : hits) h = 0;
         parallel_for(n, threads, [&](size_t b, size_t e) {
           for (size_t i = b; i < e; ++i) hits[i].fetch_add(1);
-        }, part, 3);
+        }, part, chunk);
         ++fam.cases;
         for (size_t i = 0; i < n; ++i)
           if (hits[i] != 1 && fam.failure.empty())

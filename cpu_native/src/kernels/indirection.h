@@ -56,7 +56,7 @@ struct TileGrid {
   void for_each_block(size_t threads, const Body& body) const {
     parallel_for(pixel_units * panel_units, threads, [&](size_t begin, size_t end) {
       for (size_t unit = begin; unit < end; ++unit) {
-        const size_t t0 = unit % pixel_units * kTilesPerUnit, p0 = unit / pixel_units * panels_per_unit;
+        const size_t t0 = unit / panel_units * kTilesPerUnit, p0 = unit % panel_units * panels_per_unit;
         body(t0, min_size(tiles, t0 + kTilesPerUnit), p0, min_size(panels, p0 + panels_per_unit));
       }
     });

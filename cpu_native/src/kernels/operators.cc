@@ -141,7 +141,7 @@ void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, floa
   // fp16 arithmetic: A is always converted into a compact fp16 row block (the same stride rule).
   const size_t half_stride = round_up(kc, 32) + 32;
   auto run_tile = [&](size_t tile) {
-    const size_t mt = tile % m_tiles, nt = tile / m_tiles;
+    const size_t mt = tile / n_tiles, nt = tile % n_tiles;  // row-major: see TileGrid
     const size_t m0 = mt * mb, m1 = min_size(m, m0 + mb);
     const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
     const float* rows[64];  // MR pointers (MR <= 64)

@@ -144,7 +144,7 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
   const size_t panels_per_tile = div_up(panels, n_tiles);
   n_tiles = div_up(panels, panels_per_tile);
   auto run_tile = [&](size_t tile) {
-    const size_t mt = tile % m_tiles, nt = tile / m_tiles;
+    const size_t mt = tile / n_tiles, nt = tile % n_tiles;  // row-major: see TileGrid
     const size_t m0 = mt * mb, m1 = min_size(m, m0 + mb);
     const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
     const uint8_t* rows[64];  // MR pointers (MR <= 64)
@@ -230,9 +230,9 @@ Qu8DwPacker qu8_dw_packer(Isa isa) {
   Qu8DwPacker p;
   switch (isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    case Isa::Avx2: p.bytes = qu8_dw_bytes__avx2; p.pack = qu8_dw_pack__avx2; break;
-    case Isa::Avx512: p.bytes = qu8_dw_bytes__avx512skx; p.pack = qu8_dw_pack__avx512skx; break;
-    case Isa::Avx512Vnni: p.bytes = qu8_dw_bytes__avx512vnni; p.pack = qu8_dw_pack__avx512vnni; break;
+    case Isa::Avx2: p.bytes = qu8_dw_bytes__avx2; p.pack = qu8_dw_pack__avx2; p.block = 32; break;
+    case Isa::Avx512: p.bytes = qu8_dw_bytes__avx512skx; p.pack = qu8_dw_pack__avx512skx; p.block = 64; break;
+    case Isa::Avx512Vnni: p.bytes = qu8_dw_bytes__avx512vnni; p.pack = qu8_dw_pack__avx512vnni; p.block = 64; break;
 #endif
     default: break;
   }
@@ -291,6 +291,8 @@ Qu8DepthwisePlan::Qu8DepthwisePlan(size_t n, size_t h, size_t w, size_t c, size_
     const Qu8DwPackArgs pa{weights_.data(), folded_.data(), rq_.data(), c, g.kh, g.kw};
     packer.pack(&pa, packed_.data());
     args.weights_lo16 = reinterpret_cast<const int32_t*>(packed_.data());
+    slice_ = packer.block;
+    packed_bytes_ = packer.bytes;
   }
 }
 
@@ -300,8 +302,30 @@ void Qu8DepthwisePlan::run(const uint8_t* input, uint8_t* output, size_t threads
   args.output = output;
   if (args.n * args.oh * args.ow == 0) return;
   const Qu8DepthwiseUkernel kernel = kernel_;
-  parallel_for(args.n * args.oh, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); },
-               Partition::Dynamic, 1);
+  const size_t rows = args.n * args.oh, c = args.c;
+  // Late MobileNet layers have 7 or 14 output rows: split by rows alone, 2 threads get 4 and 3
+  // (or 7 and 7 with nothing to even out a slow start). Under 8 rows a thread, rows are split
+  // into channel slices too (packed levels: whole blocks, see Qu8DwPacker).
+  size_t slices = 1;
+  if (threads > 1 && slice_ > 0 && rows < 8 * threads) slices = min_size(div_up(c, slice_), div_up(8 * threads, rows));
+  if (slices <= 1) {
+    parallel_for(rows, threads, [&](size_t begin, size_t end) { kernel(&args, begin, end); }, Partition::Dynamic, 1);
+    return;
+  }
+  const size_t per = round_up(div_up(c, slices), slice_);  // channels per slice
+  slices = div_up(c, per);
+  const auto* packed = reinterpret_cast<const uint8_t*>(args.weights_lo16);
+  parallel_for(rows * slices, threads, [&](size_t begin, size_t end) {
+    for (size_t unit = begin; unit < end; ++unit) {
+      const size_t row = unit / slices, c0 = unit % slices * per;
+      Qu8DepthwiseArgs part = args;
+      part.c = min_size(per, c - c0);
+      part.input += c0;
+      part.output += c0;
+      part.weights_lo16 = reinterpret_cast<const int32_t*>(packed + packed_bytes_(c0, args.kh, args.kw));
+      kernel(&part, row, row + 1);
+    }
+  }, Partition::Dynamic, 1);
 }
 
 void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size_t c, size_t multiplier,
@@ -356,11 +380,15 @@ namespace {
 
 void run_binary(Qu8BinaryUkernel kernel, const Qu8BinaryArgs& args, size_t rows, size_t threads) {
   if (args.broadcast == Broadcast::None) {
-    // Same-shape operands are one flat run of rows * C values: tasks of 4K values (a multiple
-    // of 64, so every task but the last fills whole vectors; rows of C = 24 left a third of
-    // the second 16-lane vector idle; ~3 us each, so a 14x14x64 residual add splits too), each
-    // one row of the kernel.
-    const size_t total = rows * args.c, per_task = 4096;
+    // Same-shape operands are one flat run of rows * C values: tasks of about 4K values (~3 us
+    // each, so a 14x14x64 residual add splits too), a multiple of 64 so every task but the last
+    // fills whole vectors (rows of C = 24 left a third of the second 16-lane vector idle), and
+    // as many as makes equal shares (12544 values as 4 x 3136, not 3 x 4096 + 256), each one
+    // row of the kernel.
+    const size_t total = rows * args.c;
+    size_t tasks = div_up(total, 4096);
+    if (threads > 1) tasks = round_up(tasks, threads);
+    const size_t per_task = round_up(div_up(total, tasks), 64);
     parallel_for(div_up(total, per_task), threads, [&](size_t begin, size_t end) {
       Qu8BinaryArgs part = args;
       const size_t first = begin * per_task;

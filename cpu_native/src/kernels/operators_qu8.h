@@ -129,6 +129,8 @@ class Qu8DepthwisePlan {
   AlignedBuffer<int8_t> weights_;
   AlignedBuffer<int32_t> bias_, folded_, rq_;
   AlignedBuffer<uint8_t> packed_;
+  size_t slice_ = 0;  // channels per packed block (0: the kernel takes no channel slices)
+  size_t (*packed_bytes_)(size_t c, size_t kh, size_t kw) = nullptr;
 };
 
 // A plan for one call, run.

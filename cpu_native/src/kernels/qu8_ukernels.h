@@ -42,9 +42,14 @@ struct Qu8DwPackArgs {
 
 // A level's packing of depthwise weights: bytes(c, kh, kw) of buffer (64-byte aligned), and
 // pack(args, out) fills it.
+// Blocks are self-contained (bias, weights and requantization of their channels) and every block
+// but the last is `block` channels wide, so the channels [c0, C) with c0 a multiple of `block` run
+// as a problem of their own: input and output offset by c0, C - c0 channels (the strides kept),
+// the packed weights from byte bytes(c0, kh, kw) on (Qu8DepthwisePlan::run's channel slices).
 struct Qu8DwPacker {
   size_t (*bytes)(size_t c, size_t kh, size_t kw) = nullptr;
   void (*pack)(const Qu8DwPackArgs* args, void* out) = nullptr;
+  size_t block = 0;
   bool packs() const { return pack != nullptr; }
 };
 

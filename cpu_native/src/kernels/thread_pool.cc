@@ -60,7 +60,7 @@ uint64_t spin_nanoseconds() {
   return ns;
 }
 
-ThreadPool::ThreadPool(size_t workers, uint64_t spin_ns) : spin_ns_(spin_ns) {
+ThreadPool::ThreadPool(size_t workers, uint64_t spin_ns) : spin_ns_(spin_ns), shares_(new Share[workers + 1]) {
   workers_.reserve(workers);
   for (size_t i = 0; i < workers; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -83,10 +83,18 @@ void ThreadPool::run_share(size_t participant) {
     if (begin < end) fn(begin, end);
     return;
   }
-  for (;;) {
-    const size_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
-    if (begin >= n_) break;
+  const auto run_chunk = [&](size_t i) {
+    const size_t begin = i * chunk_;
     fn(begin, begin + chunk_ < n_ ? begin + chunk_ : n_);
+  };
+  // Relaxed is enough: `left` bounds the claims on a share, so the owner's indices (from start up)
+  // and the thieves' (from end down) never meet; the job's publication orders the setup.
+  Share& own = shares_[participant];
+  while (own.left.fetch_sub(1, std::memory_order_relaxed) > 0) run_chunk(own.start.fetch_add(1, std::memory_order_relaxed));
+  for (size_t k = 1; k < participants; ++k) {
+    Share& other = shares_[(participant + k) % participants];
+    while (other.left.fetch_sub(1, std::memory_order_relaxed) > 0)
+      run_chunk(other.end.fetch_sub(1, std::memory_order_relaxed) - 1);
   }
 }
 
@@ -135,7 +143,15 @@ void ThreadPool::parallel_for(size_t n, size_t threads, const std::function<void
   n_ = n;
   partition_ = partition;
   chunk_ = chunk == 0 ? 1 : chunk;
-  next_.store(0, std::memory_order_relaxed);
+  if (partition == Partition::Dynamic) {
+    chunks_ = (n + chunk_ - 1) / chunk_;
+    for (size_t t = 0; t < participants; ++t) {
+      const size_t begin = chunks_ * t / participants, end = chunks_ * (t + 1) / participants;
+      shares_[t].start.store(begin, std::memory_order_relaxed);
+      shares_[t].end.store(end, std::memory_order_relaxed);
+      shares_[t].left.store(static_cast<ptrdiff_t>(end - begin), std::memory_order_relaxed);
+    }
+  }
   pending_.store(participants - 1, std::memory_order_relaxed);
   {
     // Published under the lock so a worker between its last check and its sleep cannot miss it.
