@@ -492,6 +492,28 @@ def test_quantize_linear_matches_the_numpy_lowering(isa):
     np.testing.assert_array_equal(got, ref_quantize(x, np.float32(0.02), 128, np.uint8))
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_linear_into_nhwc_matches_quantize_then_transpose(isa):
+    """quantize_linear_nhwc (a float NCHW input quantized for NHWC kernels): every channel count the
+    interleave specializes (1-4) and a general one, pixel counts around its blocks, special values,
+    both dtypes, 1-3 threads: byte for byte the NCHW codes, channels last."""
+    r = rng(12)
+    special = quantize_inputs(r, np.float32(0.0173))
+    for case, (n, c, h, w) in enumerate([(1, 3, 224, 224), (2, 3, 5, 7), (1, 1, 9, 130), (1, 2, 64, 65),
+                                         (1, 4, 33, 31), (2, 5, 3, 3), (1, 17, 40, 41), (1, 3, 1, 1)]):
+        x = (r.standard_normal((n, c, h, w)) * 3).astype(np.float32)
+        flat = x.reshape(-1)
+        flat[: min(len(special), flat.size)] = special[: min(len(special), flat.size)]
+        r.shuffle(flat)
+        for dtype, zp in ((np.uint8, 128), (np.int8, -3)):
+            want = ref_quantize(x, np.float32(0.0173), zp, dtype).transpose(0, 2, 3, 1)
+            got = np.empty((n, h, w, c), dtype)
+            K.quantize_linear_nhwc(x, 0.0173, zp, got, threads=1 + case % 3, isa=isa)
+            np.testing.assert_array_equal(got, want, err_msg=f"{isa} {(n, c, h, w)} {dtype.__name__}")
+    with pytest.raises(ValueError, match="y"):
+        K.quantize_linear_nhwc(np.zeros((1, 3, 4, 4), np.float32), 0.1, 0, np.empty((1, 3, 4, 4), np.uint8))
+
+
 def test_quantize_linear_checks_its_arguments():
     x = np.ones(4, np.float32)
     with pytest.raises(TypeError, match="x: expected dtype float32"):

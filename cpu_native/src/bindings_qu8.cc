@@ -296,6 +296,35 @@ void register_qu8_kernels(py::module_& km) {
      "(uint8 or int8), halves to even, NaN -> the lowest code (as ONNX Runtime); scale and zero_point are rounded "
      "to float32 first. Any C-contiguous shape.");
 
+  km.def("quantize_linear_nhwc", [](const py::array& x, double scale, double zero_point, py::array& y, size_t threads,
+                                    std::optional<std::string> isa) {
+    require_array<float>(x, "x", false);
+    const bool is_u8 = y.dtype().is(py::dtype::of<uint8_t>());
+    const bool is_i8 = y.dtype().is(py::dtype::of<int8_t>());
+    if (!is_u8 && !is_i8) throw py::type_error("y: expected dtype uint8 or int8, got " + std::string(py::str(y.dtype())));
+    if (is_u8) require_array<uint8_t>(y, "y", true);
+    else require_array<int8_t>(y, "y", true);
+    if (x.ndim() < 2) throw py::value_error("x must be (N, C, ...)");
+    const auto xs = shape_of(x);
+    std::vector<size_t> want{xs[0]};
+    want.insert(want.end(), xs.begin() + 2, xs.end());
+    want.push_back(xs[1]);
+    expect_shape(y, want, "y");
+    const float s = static_cast<float>(scale), z = static_cast<float>(zero_point);
+    const int32_t lo = is_u8 ? 0 : -128, hi = is_u8 ? 255 : 127;
+    if (!(z == std::nearbyint(z) && z >= lo && z <= hi))
+      throw py::value_error("zero_point must be an integer in the output dtype's range");
+    size_t hw = 1;
+    for (size_t i = 2; i < xs.size(); ++i) hw *= xs[i];
+    const auto* xp = static_cast<const float*>(x.data());
+    auto* yp = static_cast<uint8_t*>(y.mutable_data());
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_quantize_linear_to_nhwc(xp, xs[0], xs[1], hw, s, z, lo, hi, yp, threads, t);
+  }, py::arg("x"), py::arg("scale"), py::arg("zero_point"), py::arg("y"), py::arg("threads") = 1,
+     py::arg("isa") = py::none(),
+     "quantize_linear from x (N, C, *spatial) into y (N, *spatial, C): the same codes, channels last.");
+
   km.def("quantize_linear_kernel", [](std::optional<std::string> isa) {
     return std::string(k::qu8_quantize_kernel_name(table_for(isa)));
   }, py::arg("isa") = py::none(), "The QuantizeLinear kernel a level runs.");

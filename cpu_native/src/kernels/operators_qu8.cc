@@ -358,6 +358,22 @@ Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name) {
   return k;
 }
 
+U8InterleaveUkernel u8_interleave_kernel(Isa isa) {
+  switch (isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    case Isa::Avx2: return u8_interleave__avx2;
+    case Isa::Avx512:
+    case Isa::Avx512Vnni: return u8_interleave__avx512skx;
+#endif
+#if defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonFp16:
+    case Isa::NeonDot: return u8_interleave__neon;
+#endif
+    default: return u8_interleave__scalar;
+  }
+}
+
 const char* qu8_quantize_kernel_name(const KernelTable* t) {
   const char* name = nullptr;
   qu8_quantize_kernel(table_or_active(t).isa, &name);
@@ -373,6 +389,28 @@ void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_p
   parallel_for(div_up(count, chunk), threads, [&](size_t begin, size_t end) {
     const size_t lo = begin * chunk, hi = min_size(count, end * chunk);
     kernel(x + lo, y + lo, hi - lo, &params);
+  });
+}
+
+void qu8_quantize_linear_to_nhwc(const float* x, size_t n, size_t c, size_t hw, float scale, float zero_point,
+                                 int32_t qmin, int32_t qmax, uint8_t* y, size_t threads, const KernelTable* t) {
+  require(qmin >= -128 && qmin <= qmax && qmax <= 255, "qu8_quantize_linear: need -128 <= qmin <= qmax <= 255");
+  const Isa isa = table_or_active(t).isa;
+  const Qu8QuantizeUkernel quantize = qu8_quantize_kernel(isa);
+  const U8InterleaveUkernel interleave = u8_interleave_kernel(isa);
+  const Qu8QuantizeParams params{scale, zero_point, qmin, qmax};
+  // Tasks of ~16K values, in blocks of pixels whose c planes of codes (at most 16 KB) stay in L1
+  // between the quantize pass and the interleave.
+  const size_t block = max_size(64, round_up(div_up(16384, max_size(c, 1)), 64));
+  const size_t blocks = div_up(hw, block);
+  parallel_for(n * blocks, threads, [&](size_t begin, size_t end) {
+    thread_local AlignedBuffer<uint8_t> planes;
+    if (planes.size() < c * block) planes = AlignedBuffer<uint8_t>(c * block);
+    for (size_t task = begin; task < end; ++task) {
+      const size_t b = task / blocks, p0 = task % blocks * block, count = min_size(block, hw - p0);
+      for (size_t ch = 0; ch < c; ++ch) quantize(x + (b * c + ch) * hw + p0, planes.data() + ch * block, count, &params);
+      interleave(planes.data(), block, c, y + (b * hw + p0) * c, count);
+    }
   });
 }
 

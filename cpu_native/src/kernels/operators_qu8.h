@@ -143,6 +143,12 @@ void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size
 // clamp(rint(x / scale) + zero_point, qmin, qmax), NaN -> qmin; -128 <= qmin <= qmax <= 255.
 void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_point, int32_t qmin, int32_t qmax,
                          uint8_t* y, size_t threads, const KernelTable* t = nullptr);
+// qu8_quantize_linear from NCHW x [n][c][hw] into NHWC y [n][hw][c] (a graph's float input read
+// by NHWC int8 kernels): the same codes, without a separate layout pass over the bytes.
+void qu8_quantize_linear_to_nhwc(const float* x, size_t n, size_t c, size_t hw, float scale, float zero_point,
+                                 int32_t qmin, int32_t qmax, uint8_t* y, size_t threads,
+                                 const KernelTable* t = nullptr);
+
 // The kernel qu8_quantize_linear runs at a level.
 const char* qu8_quantize_kernel_name(const KernelTable* t = nullptr);
 

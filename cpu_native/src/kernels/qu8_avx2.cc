@@ -795,4 +795,10 @@ void qu8_requantize_16x__avx2(const uint8_t* x, uint8_t* y, size_t n, int32_t in
   for (; i < n; ++i) y[i] = output_of(x[i] - input_zero_point, *rq, *out);
 }
 
+#include "kernels/u8_interleave.inl"
+
+void u8_interleave__avx2(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n) {
+  u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
+}
+
 }  // namespace edgesdk::kernels

@@ -291,4 +291,10 @@ void qu8_quantize_64x__avx512skx(const float* x, uint8_t* y, size_t n, const Qu8
   }
 }
 
+#include "kernels/u8_interleave.inl"
+
+void u8_interleave__avx512skx(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n) {
+  u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
+}
+
 }  // namespace edgesdk::kernels

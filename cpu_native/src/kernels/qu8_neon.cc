@@ -404,4 +404,10 @@ void qu8_quantize_16x__neon(const float* x, uint8_t* y, size_t n, const Qu8Quant
   if (i < n) qu8_quantize__scalar(x + i, y + i, n - i, params);
 }
 
+#include "kernels/u8_interleave.inl"
+
+void u8_interleave__neon(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n) {
+  u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
+}
+
 }  // namespace edgesdk::kernels

@@ -189,4 +189,10 @@ void qu8_quantize__scalar(const float* x, uint8_t* y, size_t n, const Qu8Quantiz
   }
 }
 
+#include "kernels/u8_interleave.inl"
+
+void u8_interleave__scalar(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n) {
+  u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
+}
+
 }  // namespace edgesdk::kernels

@@ -120,6 +120,19 @@ void qu8_quantize_64x__avx512skx(const float* x, uint8_t* y, size_t n, const Qu8
 void qu8_quantize_16x__neon(const float* x, uint8_t* y, size_t n, const Qu8QuantizeParams* params);
 #endif
 
+// Bytes of c planes (plane_stride apart) to n pixels of c interleaved bytes: y[p * c + ch] =
+// planes[ch * plane_stride + p]. QuantizeLinear into NHWC quantizes planes, then interleaves.
+using U8InterleaveUkernel = void (*)(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n);
+void u8_interleave__scalar(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n);
+#if defined(__x86_64__) || defined(_M_X64)
+void u8_interleave__avx2(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n);
+void u8_interleave__avx512skx(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n);
+#endif
+#if defined(__aarch64__)
+void u8_interleave__neon(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n);
+#endif
+U8InterleaveUkernel u8_interleave_kernel(Isa isa);
+
 // The level's QuantizeLinear kernel and its name (avx512vnni runs avx512's, neonfp16 and neondot
 // neon's).
 Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name = nullptr);
