@@ -153,6 +153,7 @@ constexpr KernelTable avx512vnni_table() {
   t.name = "avx512vnni";
   set_qu8_gemm(t, kAvx512VnniQu8MR, kAvx512VnniQu8NR, 4, Qu8Layout::C4, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512vnni);
+  EDGESDK_SET(t, qu8_igemm_x2, qu8_igemm_8x32c4__avx512vnni);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_16c__avx512vnni);
   return t;
 }

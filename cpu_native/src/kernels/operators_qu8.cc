@@ -105,6 +105,12 @@ PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, cons
   return out;
 }
 
+// Panels the next GEMM call covers from panel p (of [.., p_end)): two where the level has a
+// two-panel kernel and two remain, else one.
+static size_t panels_at(const KernelTable& t, size_t p, size_t p_end) {
+  return t.qu8_igemm_x2 != nullptr && p + 1 < p_end ? 2 : 1;
+}
+
 void Qu8RowGuard::plan(size_t rows, size_t stride, size_t width) {
   rows_ = rows;
   stride_ = stride;
@@ -148,14 +154,16 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
     const size_t m0 = mt * mb, m1 = min_size(m, m0 + mb);
     const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
     const uint8_t* rows[64];  // MR pointers (MR <= 64)
-    for (size_t p = p0; p < p1; ++p) {
-      const size_t ncur = min_size(nr, w.n - p * nr);
+    for (size_t p = p0; p < p1;) {
+      const size_t width = panels_at(t, p, p1), ncur = min_size(width * nr, w.n - p * nr);
+      const Qu8IgemmUkernel kernel = width == 2 ? t.qu8_igemm_x2 : t.qu8_igemm;
       for (size_t i0 = m0; i0 < m1; i0 += mr) {
         const size_t mcur = min_size(mr, m1 - i0);
         for (size_t i = 0; i < mr; ++i) rows[i] = guard.row(a, i0 + min_size(i, mcur - 1));
-        t.qu8_igemm(mcur, ncur, w.k, 1, rows, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p), c + i0 * ldc + p * nr,
-                    ldc, &w.out);
+        kernel(mcur, ncur, w.k, 1, rows, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p), c + i0 * ldc + p * nr,
+               ldc, &w.out);
       }
+      p += width;
     }
   };
   parallel_for(m_tiles * n_tiles, threads, [&](size_t begin, size_t end) {
@@ -213,13 +221,15 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
   const TileGrid grid(tiles, panels, threads);
   const uint8_t* const* ind = indirection_.data();
   grid.for_each_block(threads, [&](size_t t0, size_t t1, size_t p0, size_t p1) {
-    for (size_t p = p0; p < p1; ++p) {
-      const size_t ncur = min_size(nr, w.n - p * nr);
+    for (size_t p = p0; p < p1;) {
+      const size_t width = panels_at(t, p, p1), ncur = min_size(width * nr, w.n - p * nr);
+      const Qu8IgemmUkernel kernel = width == 2 ? t.qu8_igemm_x2 : t.qu8_igemm;
       for (size_t tile = t0; tile < t1; ++tile) {
         const size_t mcur = min_size(mr, pixels - tile * mr);
-        t.qu8_igemm(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p),
-                    output + tile * mr * out_stride + p * nr, out_stride, &w.out);
+        kernel(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p),
+               output + tile * mr * out_stride + p * nr, out_stride, &w.out);
       }
+      p += width;
     }
   });
 }

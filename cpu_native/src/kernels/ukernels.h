@@ -298,6 +298,11 @@ struct Qu8Output {
 // weights, so their values never matter, but they must be readable. The callers guarantee it
 // (operators_qu8.cc: Qu8RowGuard). Byte-by-byte tails made C = 3 inputs (an RGB network's first
 // convolution: every tap a tail) 2x slower.
+// The qu8_igemm_x2 slot (levels that fill it) takes two consecutive panels in one call, as one
+// 2*NR-wide tile: w the first panel, the second right after it (ks * round_up(kc, KR) * NR bytes
+// on), bias and rq of both (2*NR entries, and the rq tables of both panels one after the other),
+// nr in (NR, 2*NR]. It shares each row's activation broadcast between the two panels: MobileNets'
+// 1x1 expansions (K = 16-32) spent a third of a one-panel call loading them.
 using Qu8IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
                                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out);
 
@@ -503,6 +508,8 @@ UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_16x__avx512skx;
 // AVX512_VNNI (qu8_avx512vnni.cc, also F + BW + DQ + VL): the avx512vnni level adds these to the
 // avx512 table.
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512vnni;
+// Two panels per call (the qu8_igemm_x2 slot): 8 x 32, nr in (16, 32].
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x32c4__avx512vnni;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_16c__avx512vnni;
 #endif
 
