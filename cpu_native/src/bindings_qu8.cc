@@ -110,6 +110,22 @@ struct PyQu8ConvPlan {
   std::mutex mutex;
 };
 
+
+// QuantizeLinear's output y (uint8 or int8, writable, contiguous): its code range, after checking
+// that zero_point is a code of that type.
+std::pair<int32_t, int32_t> quantize_codes(py::array& y, double zero_point) {
+  const bool is_u8 = y.dtype().is(py::dtype::of<uint8_t>());
+  const bool is_i8 = y.dtype().is(py::dtype::of<int8_t>());
+  if (!is_u8 && !is_i8) throw py::type_error("y: expected dtype uint8 or int8, got " + std::string(py::str(y.dtype())));
+  if (is_u8) require_array<uint8_t>(y, "y", true);
+  else require_array<int8_t>(y, "y", true);
+  const int32_t lo = is_u8 ? 0 : -128, hi = is_u8 ? 255 : 127;
+  const float z = static_cast<float>(zero_point);
+  if (!(z == std::nearbyint(z) && z >= lo && z <= hi))
+    throw py::value_error("zero_point must be an integer in the output dtype's range");
+  return {lo, hi};
+}
+
 }  // namespace
 
 void register_qu8_kernels(py::module_& km) {
@@ -274,16 +290,9 @@ void register_qu8_kernels(py::module_& km) {
   km.def("quantize_linear", [](const py::array& x, double scale, double zero_point, py::array& y, size_t threads,
                                std::optional<std::string> isa) {
     require_array<float>(x, "x", false);
-    const bool is_u8 = y.dtype().is(py::dtype::of<uint8_t>());
-    const bool is_i8 = y.dtype().is(py::dtype::of<int8_t>());
-    if (!is_u8 && !is_i8) throw py::type_error("y: expected dtype uint8 or int8, got " + std::string(py::str(y.dtype())));
-    if (is_u8) require_array<uint8_t>(y, "y", true);
-    else require_array<int8_t>(y, "y", true);
+    const auto [lo, hi] = quantize_codes(y, zero_point);
     expect_shape(y, shape_of(x), "y");
     const float s = static_cast<float>(scale), z = static_cast<float>(zero_point);
-    const int32_t lo = is_u8 ? 0 : -128, hi = is_u8 ? 255 : 127;
-    if (!(z == std::nearbyint(z) && z >= lo && z <= hi))
-      throw py::value_error("zero_point must be an integer in the output dtype's range");
     const auto* xp = static_cast<const float*>(x.data());
     auto* yp = static_cast<uint8_t*>(y.mutable_data());
     const k::KernelTable* t = table_for(isa);
@@ -299,11 +308,7 @@ void register_qu8_kernels(py::module_& km) {
   km.def("quantize_linear_nhwc", [](const py::array& x, double scale, double zero_point, py::array& y, size_t threads,
                                     std::optional<std::string> isa) {
     require_array<float>(x, "x", false);
-    const bool is_u8 = y.dtype().is(py::dtype::of<uint8_t>());
-    const bool is_i8 = y.dtype().is(py::dtype::of<int8_t>());
-    if (!is_u8 && !is_i8) throw py::type_error("y: expected dtype uint8 or int8, got " + std::string(py::str(y.dtype())));
-    if (is_u8) require_array<uint8_t>(y, "y", true);
-    else require_array<int8_t>(y, "y", true);
+    const auto [lo, hi] = quantize_codes(y, zero_point);
     if (x.ndim() < 2) throw py::value_error("x must be (N, C, ...)");
     const auto xs = shape_of(x);
     std::vector<size_t> want{xs[0]};
@@ -311,9 +316,6 @@ void register_qu8_kernels(py::module_& km) {
     want.push_back(xs[1]);
     expect_shape(y, want, "y");
     const float s = static_cast<float>(scale), z = static_cast<float>(zero_point);
-    const int32_t lo = is_u8 ? 0 : -128, hi = is_u8 ? 255 : 127;
-    if (!(z == std::nearbyint(z) && z >= lo && z <= hi))
-      throw py::value_error("zero_point must be an integer in the output dtype's range");
     size_t hw = 1;
     for (size_t i = 2; i < xs.size(); ++i) hw *= xs[i];
     const auto* xp = static_cast<const float*>(x.data());
