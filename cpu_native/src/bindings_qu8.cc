@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -80,6 +81,26 @@ const int32_t* shift_vector(const py::array& a, size_t n, const char* name) {
   const int32_t* p = int32_vector(a, n, name);
   for (size_t i = 0; i < n; ++i) shift_arg(p[i], name);
   return p;
+}
+
+// A layer's requantization arguments, checked in this order: bias (optional) and the multiplier
+// and shift of each of `channels` output channels, the input and output zero points, the clamp.
+struct LayerRequant {
+  const int32_t *bias, *multiplier, *shift;
+  uint8_t x_zp, y_zp, qmin, qmax;
+};
+
+LayerRequant layer_requant(const std::optional<py::array>& bias, const py::array& multiplier, const py::array& shift,
+                           size_t channels, int64_t input_zero_point, int64_t output_zero_point, int64_t qmin,
+                           int64_t qmax) {
+  LayerRequant r{};
+  r.bias = bias ? int32_vector(*bias, channels, "bias") : nullptr;
+  r.multiplier = int32_vector(multiplier, channels, "multiplier");
+  r.shift = shift_vector(shift, channels, "shift");
+  r.x_zp = byte_arg(input_zero_point, "input_zero_point");
+  r.y_zp = byte_arg(output_zero_point, "output_zero_point");
+  std::tie(r.qmin, r.qmax) = clamp_args(qmin, qmax);
+  return r;
 }
 
 k::Broadcast broadcast_arg(const std::string& s) {
@@ -155,16 +176,12 @@ void register_qu8_kernels(py::module_& km) {
     const size_t n = ws[0], kh = w.ndim() == 4 ? ws[1] : 1, kw = w.ndim() == 4 ? ws[2] : 1;
     const size_t kk = w.ndim() == 4 ? ws[1] * ws[2] * ws[3] : ws[1];
     if (n == 0 || kk == 0) throw py::value_error("w must not be empty");
-    const int32_t* b = bias ? int32_vector(*bias, n, "bias") : nullptr;
-    const int32_t* mp = int32_vector(multiplier, n, "multiplier");
-    const int32_t* sp = shift_vector(shift, n, "shift");
-    const uint8_t x_zp = byte_arg(input_zero_point, "input_zero_point");
-    const uint8_t y_zp = byte_arg(output_zero_point, "output_zero_point");
-    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const LayerRequant r = layer_requant(bias, multiplier, shift, n, input_zero_point, output_zero_point, qmin,
+                                        qmax);
     const k::KernelTable* t = table_for(isa);
     const auto* wp = static_cast<const int8_t*>(w.data());
     return std::make_shared<k::PackedQu8Weights>(
-        k::pack_qu8_gemm_weights(wp, n, kk, b, x_zp, mp, sp, y_zp, lo, hi, t, kh, kw));
+        k::pack_qu8_gemm_weights(wp, n, kk, r.bias, r.x_zp, r.multiplier, r.shift, r.y_zp, r.qmin, r.qmax, t, kh, kw));
   }, py::arg("w"), py::arg("bias"), py::arg("input_zero_point"), py::arg("multiplier"), py::arg("shift"),
      py::arg("output_zero_point"), py::arg("qmin") = 0, py::arg("qmax") = 255, py::arg("isa") = py::none(),
      "Packs int8 weights (N, KH, KW, C) (OHWI) or (N, K), symmetric per output channel, for the level's qu8 "
@@ -223,18 +240,15 @@ void register_qu8_kernels(py::module_& km) {
     const k::ConvGeometry g = geometry({ws[0], ws[1]}, stride, dilation, pads);
     const size_t oh = k::conv_output_size(xs[1], g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
     const size_t ow = k::conv_output_size(xs[2], g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
-    const int32_t* b = bias ? int32_vector(*bias, oc, "bias") : nullptr;
-    const int32_t* mp = int32_vector(multiplier, oc, "multiplier");
-    const int32_t* sp = shift_vector(shift, oc, "shift");
-    const uint8_t x_zp = byte_arg(input_zero_point, "input_zero_point");
-    const uint8_t y_zp = byte_arg(output_zero_point, "output_zero_point");
-    const auto [lo, hi] = clamp_args(qmin, qmax);
+    const LayerRequant r = layer_requant(bias, multiplier, shift, oc, input_zero_point, output_zero_point, qmin,
+                                        qmax);
     expect_shape(y, {xs[0], oh, ow, oc}, "y");
     uint8_t* yp = out_u8(y, "y");
     const auto* wp = static_cast<const int8_t*>(w.data());
     const k::KernelTable* t = table_for(isa);
     py::gil_scoped_release release;
-    k::qu8_depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, b, x_zp, mp, sp, y_zp, lo, hi, yp, threads, t);
+    k::qu8_depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, r.bias, r.x_zp, r.multiplier, r.shift, r.y_zp,
+                          r.qmin, r.qmax, yp, threads, t);
   }, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("input_zero_point"), py::arg("multiplier"), py::arg("shift"),
      py::arg("output_zero_point"), py::arg("qmin"), py::arg("qmax"), py::arg("y"), py::arg("stride") = Pair{1, 1},
      py::arg("dilation") = Pair{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0}, py::arg("threads") = 1,
@@ -258,16 +272,12 @@ void register_qu8_kernels(py::module_& km) {
              if (c == 0 || ws[2] == 0 || ws[2] % c != 0) throw py::value_error("w's last dim must be a multiple of C");
              const size_t oc = ws[2];
              const k::ConvGeometry g = geometry({ws[0], ws[1]}, stride, dilation, pads);
-             const int32_t* b = bias ? int32_vector(*bias, oc, "bias") : nullptr;
-             const int32_t* mp = int32_vector(multiplier, oc, "multiplier");
-             const int32_t* sp = shift_vector(shift, oc, "shift");
-             const uint8_t x_zp = byte_arg(input_zero_point, "input_zero_point");
-             const uint8_t y_zp = byte_arg(output_zero_point, "output_zero_point");
-             const auto [lo, hi] = clamp_args(qmin, qmax);
+             const LayerRequant r = layer_requant(bias, multiplier, shift, oc, input_zero_point, output_zero_point, qmin,
+                                                 qmax);
              const k::KernelTable* t = table_for(isa);
              return std::make_shared<k::Qu8DepthwisePlan>(input_shape[0], input_shape[1], input_shape[2], c, oc / c, g,
-                                                          static_cast<const int8_t*>(w.data()), b, x_zp, mp, sp, y_zp,
-                                                          lo, hi, t);
+                                                          static_cast<const int8_t*>(w.data()), r.bias, r.x_zp,
+                                                          r.multiplier, r.shift, r.y_zp, r.qmin, r.qmax, t);
            }),
            py::arg("w"), py::arg("bias"), py::arg("input_zero_point"), py::arg("multiplier"), py::arg("shift"),
            py::arg("output_zero_point"), py::arg("qmin"), py::arg("qmax"), py::arg("input_shape"),

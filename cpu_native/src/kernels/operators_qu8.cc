@@ -105,10 +105,15 @@ PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, cons
   return out;
 }
 
-// Panels the next GEMM call covers from panel p (of [.., p_end)): two where the level has a
-// two-panel kernel and two remain, else one.
-static size_t panels_at(const KernelTable& t, size_t p, size_t p_end) {
-  return t.qu8_igemm_x2 != nullptr && p + 1 < p_end ? 2 : 1;
+// The next GEMM call from panel p (of [.., p_end)): two panels where the level has a two-panel
+// kernel and two remain, else one.
+struct PanelStep {
+  size_t panels;
+  Qu8IgemmUkernel kernel;
+};
+static PanelStep panel_step(const KernelTable& t, size_t p, size_t p_end) {
+  if (t.qu8_igemm_x2 != nullptr && p + 1 < p_end) return {2, t.qu8_igemm_x2};
+  return {1, t.qu8_igemm};
 }
 
 void Qu8RowGuard::plan(size_t rows, size_t stride, size_t width) {
@@ -155,15 +160,15 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
     const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
     const uint8_t* rows[64];  // MR pointers (MR <= 64)
     for (size_t p = p0; p < p1;) {
-      const size_t width = panels_at(t, p, p1), ncur = min_size(width * nr, w.n - p * nr);
-      const Qu8IgemmUkernel kernel = width == 2 ? t.qu8_igemm_x2 : t.qu8_igemm;
+      const PanelStep step = panel_step(t, p, p1);
+      const size_t ncur = min_size(step.panels * nr, w.n - p * nr);
       for (size_t i0 = m0; i0 < m1; i0 += mr) {
         const size_t mcur = min_size(mr, m1 - i0);
         for (size_t i = 0; i < mr; ++i) rows[i] = guard.row(a, i0 + min_size(i, mcur - 1));
-        kernel(mcur, ncur, w.k, 1, rows, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p), c + i0 * ldc + p * nr,
-               ldc, &w.out);
+        step.kernel(mcur, ncur, w.k, 1, rows, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p), c + i0 * ldc + p * nr,
+                    ldc, &w.out);
       }
-      p += width;
+      p += step.panels;
     }
   };
   parallel_for(m_tiles * n_tiles, threads, [&](size_t begin, size_t end) {
@@ -222,14 +227,14 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
   const uint8_t* const* ind = indirection_.data();
   grid.for_each_block(threads, [&](size_t t0, size_t t1, size_t p0, size_t p1) {
     for (size_t p = p0; p < p1;) {
-      const size_t width = panels_at(t, p, p1), ncur = min_size(width * nr, w.n - p * nr);
-      const Qu8IgemmUkernel kernel = width == 2 ? t.qu8_igemm_x2 : t.qu8_igemm;
+      const PanelStep step = panel_step(t, p, p1);
+      const size_t ncur = min_size(step.panels * nr, w.n - p * nr);
       for (size_t tile = t0; tile < t1; ++tile) {
         const size_t mcur = min_size(mr, pixels - tile * mr);
-        kernel(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p),
-               output + tile * mr * out_stride + p * nr, out_stride, &w.out);
+        step.kernel(mcur, ncur, c_, ks, ind + tile * ks * mr, w.panel(p), w.bias.data() + p * nr, w.panel_rq(p),
+                    output + tile * mr * out_stride + p * nr, out_stride, &w.out);
       }
-      p += width;
+      p += step.panels;
     }
   });
 }
@@ -368,6 +373,11 @@ Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name) {
   return k;
 }
 
+// QuantizeLinear's codes: uint8 or int8 values.
+static void require_code_range(int32_t qmin, int32_t qmax) {
+  require(qmin >= -128 && qmin <= qmax && qmax <= 255, "qu8_quantize_linear: need -128 <= qmin <= qmax <= 255");
+}
+
 U8InterleaveUkernel u8_interleave_kernel(Isa isa) {
   switch (isa) {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -392,7 +402,7 @@ const char* qu8_quantize_kernel_name(const KernelTable* t) {
 
 void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_point, int32_t qmin, int32_t qmax,
                          uint8_t* y, size_t threads, const KernelTable* t) {
-  require(qmin >= -128 && qmin <= qmax && qmax <= 255, "qu8_quantize_linear: need -128 <= qmin <= qmax <= 255");
+  require_code_range(qmin, qmax);
   const Qu8QuantizeUkernel kernel = qu8_quantize_kernel(table_or_active(t).isa);
   const Qu8QuantizeParams params{scale, zero_point, qmin, qmax};
   const size_t chunk = 16384;
@@ -404,7 +414,7 @@ void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_p
 
 void qu8_quantize_linear_to_nhwc(const float* x, size_t n, size_t c, size_t hw, float scale, float zero_point,
                                  int32_t qmin, int32_t qmax, uint8_t* y, size_t threads, const KernelTable* t) {
-  require(qmin >= -128 && qmin <= qmax && qmax <= 255, "qu8_quantize_linear: need -128 <= qmin <= qmax <= 255");
+  require_code_range(qmin, qmax);
   const Isa isa = table_or_active(t).isa;
   const Qu8QuantizeUkernel quantize = qu8_quantize_kernel(isa);
   const U8InterleaveUkernel interleave = u8_interleave_kernel(isa);

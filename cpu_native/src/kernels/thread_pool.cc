@@ -144,9 +144,9 @@ void ThreadPool::parallel_for(size_t n, size_t threads, const std::function<void
   partition_ = partition;
   chunk_ = chunk == 0 ? 1 : chunk;
   if (partition == Partition::Dynamic) {
-    chunks_ = (n + chunk_ - 1) / chunk_;
+    const size_t chunks = (n + chunk_ - 1) / chunk_;
     for (size_t t = 0; t < participants; ++t) {
-      const size_t begin = chunks_ * t / participants, end = chunks_ * (t + 1) / participants;
+      const size_t begin = chunks * t / participants, end = chunks * (t + 1) / participants;
       shares_[t].start.store(begin, std::memory_order_relaxed);
       shares_[t].end.store(end, std::memory_order_relaxed);
       shares_[t].left.store(static_cast<ptrdiff_t>(end - begin), std::memory_order_relaxed);

@@ -80,7 +80,6 @@ class ThreadPool {
     std::atomic<ptrdiff_t> left{0};
   };
   std::unique_ptr<Share[]> shares_;
-  size_t chunks_ = 0;
 };
 
 // Process-wide pool with at least threads-1 workers (grown on demand, never shrunk).

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Callable
 
 import numpy as np
@@ -149,6 +149,14 @@ class Builder:
                 work = math.prod(self.shape(node.inputs[0]))
             work *= WORK_PER_VALUE.get(node.op, 1)
         return self.threads if work >= PARALLEL_MIN_WORK else 1
+
+    def readers(self, name: str) -> list[Node]:
+        """The nodes that read ``name`` (the graph's consumer map, built once per session)."""
+        return self._readers.get(name, [])
+
+    @cached_property
+    def _readers(self) -> dict[str, list[Node]]:
+        return self.graph.consumers()
 
     def is_activation(self, name: str | None) -> bool:
         return bool(name) and name in self._stored

@@ -25,7 +25,7 @@ CHANNELS_LAST_READERS = frozenset({"QLinearConv", "QLinearAveragePool", "QLinear
 
 
 def _read_channels_last(b: Builder, name: str) -> bool:
-    return any(n.op in CHANNELS_LAST_READERS for n in b.graph.consumers().get(name, []))
+    return any(n.op in CHANNELS_LAST_READERS for n in b.readers(name))
 
 
 @lowering("QuantizeLinear")
