@@ -107,7 +107,8 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     evaluation and writing; ``input_shapes``, ``outputs`` and ``unmatched`` as for :func:`compress_model`.
     ``calibration`` (an array of N input samples) quantizes to int8 after compression
     (``edgesdk.quant.ptq.quantize_graph``, ranges by ``calibration_method``: minmax, percentile or
-    mse; default the recipe's ``calibration`` entry, else minmax): the layers whose recipe settings
+    mse; default the recipe's ``calibration`` entry, else minmax; its ``weight_bits``, 8 or 7, sets the
+    weights' range, see ``edgesdk.quant.ptq.weight_qmax``): the layers whose recipe settings
     say ``int8`` (mixed precision), or the whole model when no layer does. A recipe with int8
     layers needs ``calibration``. The package is written atomically (temp file + rename)."""
     from .package import save_package
@@ -132,7 +133,7 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
         samples = calibration[: settings["samples"]] if "samples" in settings else calibration
         whole = not int8_layers or recipe.default.quantizes and len(int8_layers) == len(_layer_names(graph))
         graph, _ = quantize_graph(float_graph, samples, method=method, progress=progress,
-                                  layers=None if whole else int8_layers)
+                                  layers=None if whole else int8_layers, weight_bits=settings.get("weight_bits", 8))
         reports = _int8_reports(graph, float_graph, reports)
         from .quant.encode import encode_int8_weights
         reports = encode_int8_weights(graph, reports)  # int8 CSR where the zeros make it smaller

@@ -127,6 +127,8 @@ def test_int8_settings_that_cannot_go_together(settings, words):
     ({"samples": 0}, "calibration.samples must be a positive integer"),
     ({"sample": 3}, "did you mean 'samples'"),
     ("minmax", "calibration must be a mapping"),
+    ({"weight_bits": 4}, "calibration.weight_bits must be 8 or 7"),
+    ({"weight_bits": True}, "calibration.weight_bits must be 8 or 7"),
 ])
 def test_recipe_calibration_settings_are_checked(calibration, words):
     with pytest.raises(RecipeError, match=words):

@@ -70,7 +70,7 @@ QU8_GEMMS = {"scalar": "qu8_igemm_4x4__scalar", "avx2": "qu8_igemm_4x16c4__avx2"
              "neon": "qu8_igemm_4x16__neon", "neonfp16": "qu8_igemm_4x16__neon",
              "neondot": "qu8_igemm_4x16c4__neondot"}
 # Levels that are a lower level's table plus a few kernels (dispatch.cc): the slots they change.
-EXTENDS = {"avx512vnni": ("avx512", {"qu8_igemm", "qu8_igemm_x2", "qu8_depthwise"}), "neonfp16": ("neon", {"igemm_f16", "depthwise_f16",
+EXTENDS = {"avx512vnni": ("avx512", {"qu8_igemm", "qu8_igemm_x2", "qu8_igemm_narrow", "qu8_depthwise"}), "neonfp16": ("neon", {"igemm_f16", "depthwise_f16",
                                                                           "convert_f32_f16"}),
            "neondot": ("neonfp16", {"qu8_igemm"})}
 FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
@@ -82,13 +82,17 @@ QU8_SLOTS = {"qu8_igemm", "qu8_depthwise", "qu8_maxpool", "qu8_avgpool", "qu8_gl
 F16_LEVELS = {"neonfp16", "neondot"}
 # The two-panel qu8 GEMM (the qu8_igemm_x2 slot, ukernels.h): filled where a level has one.
 QU8_GEMMS_X2 = {"avx512vnni": "qu8_igemm_8x32c4__avx512vnni"}
+# The vpmaddubsw GEMM for weights whose pairs fit int16 (the qu8_igemm_narrow slot, ukernels.h): the
+# levels whose qu8_igemm widens to 16 bits.
+QU8_GEMMS_NARROW = {"avx2": "qu8_igemm_narrow_4x16c4__avx2", "avx512": "qu8_igemm_narrow_8x16c4__avx512skx"}
 KERNEL_NAME = re.compile(r"^(?:f32|f16|qu8)_[a-z0-9_]+?(?:_(\d+x\d+c\d+|\d+x\d*|\d+c))?__([a-z0-9]+)$")
 
 
 def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     """``names`` ({slot: kernel}) is what the ``isa`` level's table should hold."""
     assert set(names) == FP32_SLOTS | QU8_SLOTS | (F16_SLOTS if isa in F16_LEVELS else set()) | \
-        ({"qu8_igemm_x2"} if isa in QU8_GEMMS_X2 else set()), (isa, names)
+        ({"qu8_igemm_x2"} if isa in QU8_GEMMS_X2 else set()) | \
+        ({"qu8_igemm_narrow"} if isa in QU8_GEMMS_NARROW else set()), (isa, names)
     assert len(set(names.values())) == len(names), f"a kernel name twice in {isa}: {names}"
     for slot, name in names.items():
         m = KERNEL_NAME.match(name)
@@ -101,6 +105,7 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
         assert names["igemm_f16"] == "f16_f32acc_igemm_4x16__neonfp16", names
     assert names["qu8_igemm"] == QU8_GEMMS[isa], names
     assert names.get("qu8_igemm_x2") == QU8_GEMMS_X2.get(isa), names
+    assert names.get("qu8_igemm_narrow") == QU8_GEMMS_NARROW.get(isa), names
     for slot in QU8_SLOTS:
         assert names[slot].startswith(f"qu8_{slot[4:]}_"), (slot, names[slot])
 
@@ -326,11 +331,11 @@ def test_bindings_kernel_names(kernels):
         if isa in EXTENDS:
             base, changed = EXTENDS[isa]
             base_names = kernels.kernel_names(base)
-            assert {s for s in names if names[s] != base_names.get(s)} == changed, (isa, names, base_names)
+            assert {s for s in names | base_names if names.get(s) != base_names.get(s)} == changed, (isa, names, base_names)
         if isa in kernels.supported_isas():
             packed = kernels.pack_gemm(np.ones((3, 4), np.float32), isa=isa)
             assert f"x{packed.nr}__" in names["igemm_f32w"] and packed.isa == isa, (names, packed.nr)
-            qpacked = kernels.pack_qu8_conv(np.ones((3, 4), np.int8), None, 0, np.full(3, 1 << 30, np.int32),
+            qpacked = kernels.pack_qu8_conv(np.full((3, 4), 127, np.int8), None, 0, np.full(3, 1 << 30, np.int32),
                                             np.zeros(3, np.int32), 0, isa=isa)
             assert qpacked.kernel_name == names["qu8_igemm"] and f"x{qpacked.nr}" in qpacked.kernel_name, qpacked
     assert kernels.kernel_names("scalar")["igemm_f32w"] == "f32_igemm_4x4__scalar"

@@ -582,11 +582,18 @@ def test_qu8_pools_match_numpy(isa):
 # ---- levels and argument checks -------------------------------------------------------------------
 
 def test_each_level_packs_for_its_own_gemm():
-    w = np.ones((3, 8), np.int8)
+    """Full-range weights run the level's qu8_igemm; weights whose pairs fit int16 the level's
+    vpmaddubsw GEMM where it has one (qu8_igemm_narrow: avx2, avx512), else qu8_igemm too."""
+    wide = np.full((3, 8), 127, np.int8)  # pairs of 127 + 127: past int16 with activations of 255
+    narrow = np.array([[64, 64, -128, 0, 127, -128, 1, 127]] * 3, np.int8)  # every pair at the edge, inside
     ones = np.full(3, 1 << 30, np.int32)
     for isa in ISAS:
-        packed = K.pack_qu8_conv(w, None, 0, ones, np.zeros(3, np.int32), 0, isa=isa)
-        assert packed.isa == isa and packed.kernel_name == K.kernel_names(isa)["qu8_igemm"], packed
+        names = K.kernel_names(isa)
+        packed = K.pack_qu8_conv(wide, None, 0, ones, np.zeros(3, np.int32), 0, isa=isa)
+        assert packed.isa == isa and packed.kernel_name == names["qu8_igemm"], packed
+        packed = K.pack_qu8_conv(narrow, None, 0, ones, np.zeros(3, np.int32), 0, isa=isa)
+        assert packed.kernel_name == names.get("qu8_igemm_narrow", names["qu8_igemm"]), packed
+    w = wide
     if "avx512vnni" in ISAS:
         assert K.pack_qu8_conv(w, None, 0, ones, np.zeros(3, np.int32), 0).kernel_name == \
             "qu8_igemm_8x16c4__avx512vnni"

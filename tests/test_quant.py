@@ -319,6 +319,48 @@ def test_ptq_keeps_the_default_model_within_budget(method: str) -> None:
     assert qgraph.tensors[convs[0].inputs[3]].dtype == np.int8
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_ptq_7bit_weights_run_the_narrow_gemm_exactly(isa: str) -> None:
+    """weight_bits=7 (ONNX Runtime's reduce_range) quantizes weights to [-64, 64]; on the levels
+    without VNNI their layers run the vpmaddubsw GEMM (qu8_igemm_narrow), with the reference
+    backend's integers, and the default model stays within the 0.3 pp budget. The 8-bit weights of
+    its second convolution do not fit and run the 16-bit GEMM."""
+    native = pytest.importorskip("edgesdk._native")
+    if isa not in native.kernels.supported_isas():
+        pytest.skip(f"this CPU cannot run the {isa} level")
+    from edgesdk.datasets import digits_split
+    from edgesdk.loader import load_model
+    from edgesdk.models import default_model_path
+    from edgesdk.quant.ptq import quantize_graph
+    from edgesdk.passes import optimize
+    graph = load_model(str(default_model_path()), None, None)
+    optimize(graph)
+    calib = digits_split()[0].x[:64]
+    q7, _ = quantize_graph(graph, calib, weight_bits=7)
+    q8, _ = quantize_graph(graph, calib)
+    weights = [q7.const(n.inputs[3]) for n in q7.nodes if n.op == "QLinearConv"]
+    assert all(np.abs(w).max() == 64 for w in weights), [int(np.abs(w).max()) for w in weights]
+    assert 100 * (_digits_accuracy(graph) - _digits_accuracy(q7)) <= 0.3
+    from edgesdk.native import kernel_names
+    names = kernel_names(isa)
+    native.kernels.set_isa(isa)
+    try:
+        narrow, wide = names["qu8_igemm_narrow"], names["qu8_igemm"]
+        # The first convolution reads one channel: each weight pairs with the zero padding of its
+        # 4-byte group, so even 8-bit weights fit there.
+        for qgraph, kernels in ((q7, [narrow, narrow]), (q8, [narrow, wide])):
+            sess = edgesdk.Session(qgraph, backend="cpu", optimize=False)
+            x = {sess.input_names[0]: digits_split()[1].x[:1]}
+            notes = [r.note.split(", ")[-1] for r in sess.profile(x).ops if r.op == "QLinearConv"]
+            assert notes == kernels, notes
+            ref = edgesdk.Session(qgraph, backend="reference", optimize=False)
+            assert np.array_equal(sess.run(x)[sess.output_names[0]], ref.run(x)[ref.output_names[0]])
+    finally:
+        native.kernels.reset_isa()
+    with pytest.raises(EdgeSDKError, match="weight bits must be 8 or 7"):
+        quantize_graph(graph, calib, weight_bits=6)
+
+
 def test_ptq_leaves_ops_without_an_integer_form_in_float() -> None:
     from edgesdk.graph import Graph
     from edgesdk.quant.ptq import quantize_graph
@@ -418,8 +460,17 @@ def test_cli_pack_int8(tmp_path: Path) -> None:
                                  "--calib-method", "mse", "--eval", "digits"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "QLinearConv" in proc.stdout and "int8" in proc.stdout and "accuracy on digits-test" in proc.stdout
+    proc = subprocess.run(exe + ["pack", str(default_model_path()), "-o", str(tmp_path / "d7.edgepkg"), "--int8",
+                                 "--int8-weight-bits", "7", "--calib", "digits", "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    from edgesdk.package.reader import load_package
+    recipe = load_package(tmp_path / "d7.edgepkg").metadata["package"]["recipe"]
+    assert recipe["calibration"]["weight_bits"] == 7, recipe
     for args, words in ((["--int8"], "--int8 needs --calib"), (["--calib", "digits"], "--calib is for int8 layers"),
-                        (["--int8", "--calib", str(tmp_path / "none.npz")], "not found")):
+                        (["--int8", "--calib", str(tmp_path / "none.npz")], "not found"),
+                        (["--int8-weight-bits", "7"], "add --int8"),
+                        (["--int8-weight-bits", "7", "--max-drop", "0.5", "--calib", "digits"],
+                         "not used by the accuracy budget search")):
         proc = subprocess.run(exe + ["pack", str(default_model_path()), "-o", str(tmp_path / "x.edgepkg"), *args],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

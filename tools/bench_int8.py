@@ -5,6 +5,7 @@
     python tools/bench_int8.py accuracy --models resnet18 --methods minmax mse
     python tools/bench_int8.py speed --threads 1 2      # MobileNetV2 and ResNet-18 at 224x224
     python tools/bench_int8.py speed --threads 1 --peers litert   # LiteRT required (make peers-litert)
+    EDGESDK_CPU_ISA=avx2 python tools/bench_int8.py speed --weight-bits 7 --peers none   # 7-bit weights
 
 accuracy: each model is quantized by edgesdk's post-training quantization from 64 calibration
 inputs and run on 16 held-out inputs; SQNR = 10 log10(sum fp32^2 / sum (int8 - fp32)^2) over all
@@ -34,6 +35,11 @@ Medians in ms and the ratios the targets are stated in (edgesdk int8 / ONNX Runt
 edgesdk int8 / LiteRT int8: below 1 is edgesdk faster), and the SQNR in dB of every int8 runtime
 (and of LiteRT fp32, which checks the conversion itself) against edgesdk fp32 on 16 held-out
 inputs, so that a broken conversion shows beside its time.
+
+--weight-bits 7 quantizes weights to [-64, 64] (edgesdk's --int8-weight-bits 7 and ONNX Runtime's
+reduce_range=True; LiteRT's conversion keeps 8-bit weights): the layers then run edgesdk's narrow
+vpmaddubsw GEMM on the avx2 and avx512 levels. Each row names the kernel level edgesdk ran
+(EDGESDK_CPU_ISA forces a lower one; the peers always run the machine's best).
 """
 from __future__ import annotations
 
@@ -54,6 +60,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from edgesdk import Session  # noqa: E402
 from edgesdk.loader import load_model  # noqa: E402
+from edgesdk.native import active_isa as edgesdk_isa  # noqa: E402
 from edgesdk.passes import optimize  # noqa: E402
 from edgesdk.profile.latency import time_calls  # noqa: E402
 from edgesdk.quant.calibrate import METHODS  # noqa: E402
@@ -125,7 +132,7 @@ def accuracy(args) -> list[dict]:
         row = {"model": name}
         for method in args.methods:
             started = time.perf_counter()
-            qgraph, report = quantize_graph(graph, calib, method=method)
+            qgraph, report = quantize_graph(graph, calib, method=method, weight_bits=args.weight_bits)
             q = Session(qgraph, backend=args.backend, optimize=False)
             got = [np.concatenate([q.run({input_name: x[None]})[o].reshape(-1) for o in q.output_names]) for x in held]
             row[method] = round(sqnr_db(np.concatenate(want), np.concatenate(got)), 1)
@@ -136,7 +143,7 @@ def accuracy(args) -> list[dict]:
     return rows
 
 
-def ort_quantized(path: str, calib: np.ndarray, input_name: str, out_dir: Path) -> str:
+def ort_quantized(path: str, calib: np.ndarray, input_name: str, out_dir: Path, weight_bits: int = 8) -> str:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -148,7 +155,7 @@ def ort_quantized(path: str, calib: np.ndarray, input_name: str, out_dir: Path) 
             return None if x is None else {input_name: x[None]}
     out = out_dir / (Path(path).stem + ".qdq.onnx")
     quantize_static(path, str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, reduce_range=weight_bits == 7)
     return str(out)
 
 
@@ -251,8 +258,8 @@ def _speed_model(args, name: str, tmp: Path, litert: LiteRT | None) -> list[dict
     bounds = (None, None)
     calib = samples(graph, CALIBRATION, 0, bounds)
     held = samples(graph, HELD_OUT, 1, bounds)
-    qgraph, _ = quantize_graph(graph, calib, method="minmax")
-    ort_q = ort_quantized(path, calib, graph.inputs[0], tmp)
+    qgraph, _ = quantize_graph(graph, calib, method="minmax", weight_bits=args.weight_bits)
+    ort_q = ort_quantized(path, calib, graph.inputs[0], tmp, args.weight_bits)
     input_name = graph.inputs[0]
     one = samples(graph, 1, 2, bounds)
     x = {input_name: one}
@@ -291,7 +298,8 @@ def _speed_model(args, name: str, tmp: Path, litert: LiteRT | None) -> list[dict
                 time.sleep(SETTLE_S)
                 times[key] += blocks[key](args.min_time / args.rounds)
         med = {k: 1000 * float(np.median(v)) for k, v in times.items()}
-        row = {"model": name, "threads": threads, **{f"{k}_ms": round(v, 3) for k, v in med.items()},
+        row = {"model": name, "threads": threads, "edgesdk_isa": edgesdk_isa(), "weight_bits": args.weight_bits,
+               **{f"{k}_ms": round(v, 3) for k, v in med.items()},
                "int8_speedup_vs_edgesdk_fp32": round(med["edgesdk_fp32"] / med["edgesdk_int8"], 2),
                "edgesdk_int8_over_ort_int8": round(med["edgesdk_int8"] / med["ort_int8"], 2)}
         if litert is not None:
@@ -312,7 +320,7 @@ def _print_table(rows: list[dict]) -> None:
     head = ["model", "thr"] + keys + ["int8/ort_int8"] + (["int8/litert_int8"] if "litert_int8" in keys else [])
     lines = [head]
     for row in rows:
-        cells = [row["model"], str(row["threads"])]
+        cells = [f"{row['model']} ({row['edgesdk_isa']}, {row['weight_bits']}-bit w)", str(row["threads"])]
         for k in keys:
             db = row.get(f"{k}_sqnr_db")
             cells.append(f"{row[k + '_ms']:.2f}" + (f" ({db:.1f} dB)" if db is not None else ""))
@@ -333,11 +341,14 @@ def main(argv=None) -> int:
     a.add_argument("--models", nargs="+", default=ACCURACY_MODELS)
     a.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     a.add_argument("--backend", default="reference")
+    a.add_argument("--weight-bits", type=int, choices=[8, 7], default=8, help="int8 weights' range (7: [-64, 64])")
     s = sub.add_parser("speed")
     s.add_argument("--models", nargs="+", default=SPEED_MODELS)
     s.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     s.add_argument("--rounds", type=int, default=5)
     s.add_argument("--min-time", type=float, default=4.0, help="seconds per runtime per thread count")
+    s.add_argument("--weight-bits", type=int, choices=[8, 7], default=8,
+                   help="int8 weights' range: 7 is [-64, 64] for edgesdk and ONNX Runtime (reduce_range)")
     s.add_argument("--peers", choices=["auto", "litert", "none"], default="auto",
                    help="LiteRT int8/fp32 columns: auto (when .peers-litert exists, else a '#' line saying how to "
                         "install it), litert (required), none")

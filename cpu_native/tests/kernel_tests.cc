@@ -1224,6 +1224,23 @@ std::vector<int8_t> random_i8(size_t n) {
   return v;
 }
 
+// Weights the narrow GEMM takes (ukernels.h, qu8_igemm_narrow) for n rows of K = kernel positions
+// x c channels: 7-bit ones, [-64, 64], and every 13th pair (channels 2b, 2b + 1 of a position) at an
+// edge that still fits (positive or negative parts summing to exactly 128, or 127 against -128).
+std::vector<int8_t> narrow_i8(size_t n, size_t k, size_t c) {
+  static const int8_t edges[][2] = {{127, 1}, {64, 64}, {-128, 0}, {-64, -64}, {127, -128}, {-128, 127}, {0, 127}};
+  std::vector<int8_t> v(n * k);
+  for (auto& x : v) x = static_cast<int8_t>(static_cast<int>(rng() % 129) - 64);
+  size_t pair = 0;
+  for (size_t i = 0; i < n * k; ++i) {
+    const size_t ch = i % k % c;
+    if (ch % 2 != 0 || ch + 1 >= c || pair++ % 13 != 0) continue;
+    v[i] = edges[pair / 13 % 7][0];
+    v[i + 1] = edges[pair / 13 % 7][1];
+  }
+  return v;
+}
+
 int32_t random_multiplier() { return static_cast<int32_t>((1u << 30) + rng() % (1u << 30)); }
 
 // A shift that maps sums of typical magnitude `scale` to ~ +-60 (outputs that are neither all
@@ -1374,6 +1391,63 @@ void test_qu8_requant(const KernelTable& t) {
   report(fam);
 }
 
+// Whether packed weights took the narrow GEMM as expected (and report its kernel name).
+void expect_narrow(Family& fam, const PackedQu8Weights& packed, bool want, const std::string& what) {
+  if (packed.narrow != want && fam.failure.empty())
+    fam.failure = what + ": packed for " + packed.kernel_name() + (want ? ", not the narrow GEMM" : ", not qu8_igemm");
+}
+
+// The narrow GEMM's admission (ukernels.h, qu8_pairs_fit_int16) at its edges: one layer per weight
+// pair, the pair in every column and kernel position (K = 2 * 3 per position, 3x3 kernels and 1x1),
+// run on activations of 255 (the largest products: a saturated int16 pair shifts the accumulator
+// by at least 127, which the output scale of 1/4 shows as ~32 LSB), 0 and random bytes. Pairs
+// past the edge must run the exact GEMM and still match.
+void test_qu8_narrow_pairs(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_narrow_pairs", t.name};
+  struct Pair { int w0, w1; bool fits; };
+  const Pair pairs[] = {{127, 1, true},     {64, 64, true},    {65, 64, false},   {127, 2, false},
+                        {-128, 0, true},    {-64, -64, true},  {-65, -64, false}, {-128, -1, false},
+                        {127, -128, true},  {-128, 127, true}, {1, 127, true},    {127, 127, false},
+                        {-128, -128, false}, {0, 0, true},     {-1, -128, false}, {2, 126, true},   {3, 126, false}};
+  for (size_t kernel : {size_t{1}, size_t{3}}) {
+    ConvCase cc{1, 5, 6, 5, 19, geom(kernel, kernel, 1, 1, kernel / 2, kernel / 2, kernel / 2, kernel / 2)};
+    const size_t kdim = kernel * kernel * cc.c;
+    for (const Pair& pr : pairs) {
+      std::vector<int8_t> w(cc.oc * kdim);
+      for (size_t o = 0; o < cc.oc; ++o)
+        for (size_t s = 0; s < kernel * kernel; ++s)
+          for (size_t ci = 0; ci < cc.c; ++ci)  // C = 5: pairs (0, 1), (2, 3), then 4 against zero
+            w[o * kdim + s * cc.c + ci] = static_cast<int8_t>(ci == 4 ? (o % 2 ? pr.w0 : 0) : ci % 2 ? pr.w1 : pr.w0);
+      for (int fill : {255, 0, -1}) {
+        const int x_zp = fill == 0 ? 0 : 128;
+        std::vector<uint8_t> x(cc.n * cc.h * cc.w * cc.c);
+        for (auto& v : x) v = fill >= 0 ? static_cast<uint8_t>(fill) : static_cast<uint8_t>(rng());
+        // Bias: the centre pixel's sum with all-255 inputs cancelled, so it sits at the output zero point.
+        std::vector<int32_t> bias(cc.oc), mult(cc.oc, 1 << 30), shift(cc.oc, -1);  // 1/4
+        for (size_t o = 0; o < cc.oc; ++o) {
+          int64_t sum = 0;
+          for (size_t kk = 0; kk < kdim; ++kk) sum += w[o * kdim + kk];
+          bias[o] = static_cast<int32_t>(-(255 - x_zp) * sum);
+        }
+        const Qu8Clamp cl{0, 255};
+        auto packed = pack_qu8_gemm_weights(w.data(), cc.oc, kdim, bias.data(), x_zp, mult.data(), shift.data(), 128,
+                                            0, 255, &t, kernel, kernel);
+        const std::string what = "pair (" + std::to_string(pr.w0) + ", " + std::to_string(pr.w1) + ") " +
+                                 std::to_string(kernel) + "x" + std::to_string(kernel) + " fill " + std::to_string(fill);
+        expect_narrow(fam, packed, pr.fits && t.qu8_igemm_narrow != nullptr, what);
+        Qu8ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed);
+        std::vector<uint8_t> y(cc.n * plan.out_h() * plan.out_w() * cc.oc);
+        plan.run(x.data(), y.data(), 2);
+        const auto want = qu8_naive_conv(cc, x.data(), w.data(), bias.data(), x_zp, mult.data(), shift.data(), 128, cl,
+                                         plan.out_h(), plan.out_w());
+        check_bytes(fam, what, y.data(), want.data(), y.size());
+      }
+    }
+  }
+  report(fam);
+}
+
 void test_qu8_gemm(const KernelTable& t) {
   reseed();
   Family fam{"qu8_gemm", t.name};
@@ -1390,12 +1464,15 @@ void test_qu8_gemm(const KernelTable& t) {
         const Qu8Clamp cl = kQu8Clamps[index % 6];
         const size_t lda = k + index % 3, ldc = n + 2;
         auto a = random_u8(m * lda);
-        auto w = random_i8(n * k);
+        if (index % 3 == 0) std::fill(a.begin(), a.begin() + lda, uint8_t{255});  // the largest products
+        const bool narrow = index % 2 == 0;  // weights the narrow GEMM takes (on levels that have one)
+        auto w = narrow ? narrow_i8(n, k, k) : random_i8(n * k);
         std::vector<int32_t> bias(n), mult, shift;
         for (auto& b : bias) b = static_cast<int32_t>(rng() % 20001) - 10000;
         qu8_channel_scales(n, std::sqrt(static_cast<double>(k)) * 74 * 74, 7, mult, shift);
         const int32_t* bp = index % 4 == 1 ? nullptr : bias.data();
         auto packed = pack_qu8_gemm_weights(w.data(), n, k, bp, x_zp, mult.data(), shift.data(), y_zp, cl.qmin, cl.qmax, &t);
+        expect_narrow(fam, packed, narrow ? t.qu8_igemm_narrow != nullptr : packed.narrow, dims({m, n, k}));
         std::vector<uint8_t> c(m * ldc, 0xA5);
         qu8_gemm(a.data(), m, lda, packed, c.data(), ldc, 1 + index % 2);
         std::vector<uint8_t> got(m * n), want(m * n);
@@ -1438,13 +1515,15 @@ void test_qu8_conv(const KernelTable& t) {
     const Qu8Clamp cl = kQu8Clamps[index % 6];
     const size_t kdim = cc.g.kh * cc.g.kw * cc.c;
     auto x = random_u8(cc.n * cc.h * cc.w * cc.c);
-    auto w = random_i8(cc.oc * kdim);
+    const bool narrow = index % 2 == 0;  // weights the narrow GEMM takes (on levels that have one)
+    auto w = narrow ? narrow_i8(cc.oc, kdim, cc.c) : random_i8(cc.oc * kdim);
     std::vector<int32_t> bias(cc.oc), mult, shift;
     for (auto& b : bias) b = static_cast<int32_t>(rng() % 200001) - 100000;
     qu8_channel_scales(cc.oc, std::sqrt(static_cast<double>(kdim)) * 74 * 74, 5, mult, shift);
     const int32_t* bp = index % 3 == 2 ? nullptr : bias.data();
     auto packed = pack_qu8_gemm_weights(w.data(), cc.oc, kdim, bp, x_zp, mult.data(), shift.data(), y_zp, cl.qmin,
                                         cl.qmax, &t, cc.g.kh, cc.g.kw);
+    if (narrow) expect_narrow(fam, packed, t.qu8_igemm_narrow != nullptr, "conv case " + std::to_string(index));
     Qu8ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed);
     const size_t oh = plan.out_h(), ow = plan.out_w(), pixels = cc.n * oh * ow;
     const std::string what = "qu8 conv " + dims({cc.n, cc.h, cc.w, cc.c, cc.oc, cc.g.kh, cc.g.kw, cc.g.stride_h});
@@ -1874,6 +1953,7 @@ int main(int argc, char** argv) {
     test_qu8_requant(t);
     test_qu8_gemm(t);
     test_qu8_conv(t);
+    test_qu8_narrow_pairs(t);
     test_qu8_overread(t);
     test_qu8_depthwise(t);
     test_qu8_eltwise(t);

@@ -34,6 +34,9 @@ def compression_options() -> argparse.ArgumentParser:
     compression.add_argument("--calib-method", choices=["minmax", "percentile", "mse"],
                              help="how each activation's range is chosen from the calibration data (default: the "
                                   "recipe's, else minmax)")
+    compression.add_argument("--int8-weight-bits", type=int, choices=[8, 7], metavar="{8,7}",
+                             help="int8 weights' range: 8 ([-127, 127], default) or 7 ([-64, 64], ONNX Runtime's "
+                                  "reduce_range: less accurate, 1.4-1.5x faster convolutions on CPUs without VNNI)")
     compression.add_argument("--calib-samples", type=int, metavar="N",
                              help="calibration samples int8 ranges come from, from the start of --calib (default: "
                                   "the recipe's, else 64)")
@@ -87,6 +90,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.int8:
         recipe = _whole_model_int8(recipe)
     calibration = _calibration(args, recipe)
+    if args.int8_weight_bits is not None:
+        import dataclasses
+        recipe = dataclasses.replace(recipe, calibration={**(recipe.calibration or {}),
+                                                          "weight_bits": args.int8_weight_bits})
     data = load_dataset(args.eval) if args.eval else None
     shapes, bar = parse_input_shapes(args.input_shape), Progress("packing", leave=False)
     try:
@@ -119,6 +126,9 @@ def _pack_within_budget(args: argparse.Namespace) -> int:
     from ..fileio import atomic_write_text
     from ..pack import AccuracyDropError
     from ..progress import Progress
+    if args.int8_weight_bits is not None:
+        raise InputError("--int8-weight-bits is not used by the accuracy budget search (its int8 layers have 8-bit "
+                         "weights): give --int8 --int8-weight-bits 7 for a whole-model int8 package")
     check_output_folder(args.output)
     recipe_path = Path(args.save_recipe) if args.save_recipe else Path(args.output).with_suffix(".recipe.json")
     check_output_folder(str(recipe_path))
@@ -200,6 +210,8 @@ def _calibration(args: argparse.Namespace, recipe):
     if args.calib and not int8:
         raise InputError("--calib is for int8 layers or the accuracy budget: add --int8, a recipe with int8 layers, "
                          "or --max-drop PP without a recipe")
+    if args.int8_weight_bits is not None and not int8:
+        raise InputError("--int8-weight-bits sets the range of int8 weights: add --int8 or a recipe with int8 layers")
     if not int8:
         return None
     samples = args.calib_samples or (recipe.calibration or {}).get("samples", 64)
@@ -213,6 +225,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from ..pack import AccuracyDropError, compress_model, pack_model
     from ..progress import Progress
 
+    if args.int8_weight_bits is not None and not args.int8:
+        raise InputError("--int8-weight-bits sets the range of int8 weights: add --int8")
     model, recipe, train, test = _finetune_inputs(args)
     if args.int8:
         recipe, graph = _finetune_int8(model, recipe, train, test, args)
@@ -261,10 +275,13 @@ def _finetune_int8(model: str, recipe, train, test, args: argparse.Namespace):
     try:
         qgraph, _ = quantization_aware_finetune(graph, train, calibration=calibration, test=test,
                                                 method=args.calib_method or "minmax", progress=bar, log=notes(args),
-                                                **options)
+                                                weight_bits=args.int8_weight_bits or 8, **options)
     finally:
         bar.close()
-    return Recipe(LayerSettings(int8=True), calibration={"method": args.calib_method or "minmax"}), qgraph
+    settings = {"method": args.calib_method or "minmax"}
+    if args.int8_weight_bits is not None:
+        settings["weight_bits"] = args.int8_weight_bits
+    return Recipe(LayerSettings(int8=True), calibration=settings), qgraph
 
 
 def _finetune_inputs(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:

@@ -31,7 +31,7 @@ from ..errors import EdgeSDKError
 NNM_MODES = ("shared", "per_input_channel")
 INITS = ("linear", "kmeans++")
 RECIPE_KEYS = ("default", "layers", "global_prune", "min_params", "calibration")
-CALIBRATION_KEYS = ("method", "samples")
+CALIBRATION_KEYS = ("method", "samples", "weight_bits")  # weight_bits: 8 or 7 (edgesdk.quant.ptq.weight_qmax)
 CALIBRATION_METHODS = ("minmax", "percentile", "mse")  # edgesdk.quant.calibrate.METHODS, without importing numpy code
 
 
@@ -307,6 +307,9 @@ def _check_calibration(value: Any) -> None:
         raise RecipeError(f"calibration.method must be one of {', '.join(CALIBRATION_METHODS)}, got {value['method']!r}")
     if "samples" in value and not (_is_integer(value["samples"]) and value["samples"] >= 1):
         raise RecipeError(f"calibration.samples must be a positive integer, got {value['samples']!r}")
+    if "weight_bits" in value and not (_is_integer(value["weight_bits"]) and value["weight_bits"] in (7, 8)):
+        raise RecipeError(f"calibration.weight_bits must be 8 or 7 (7: weights in [-64, 64], faster on CPUs "
+                          f"without VNNI), got {value['weight_bits']!r}")
 
 
 def _non_default(settings: dict[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ import numpy as np
 from ..errors import EdgeSDKError, InputError, UnsupportedModelError
 from ..graph import Graph
 from .calibrate import METHODS, calibration_inputs
-from .ptq import WEIGHT_QMAX, Progress, QuantizationPlan, QuantizationReport, _share_passthrough_params, \
+from .ptq import WEIGHT_QMAX, Progress, weight_qmax, QuantizationPlan, QuantizationReport, _share_passthrough_params, \
     integer_graph, plan_quantization
 
 try:
@@ -121,16 +121,17 @@ def fake_quantize_activation(x: torch.Tensor, scale: torch.Tensor, zero_point: f
     return (q - zero_point) * scale
 
 
-def fake_quantize_weight(w: torch.Tensor, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+def fake_quantize_weight(w: torch.Tensor, axis: int, qmax: int = WEIGHT_QMAX) -> tuple[torch.Tensor, torch.Tensor]:
     """(dequantized weight, per-channel scale): symmetric int8 per ``axis`` channel with scale
-    max|w|/127 (1 for an all-zero channel), the exporter's ``_quantize_weight`` in float32."""
+    max|w|/qmax (127, or 64 for 7-bit weights; 1 for an all-zero channel), the exporter's
+    ``_quantize_weight`` in float32."""
     reduce = [d for d in range(w.dim()) if d != axis]
     peak = w.detach().abs().amax(dim=reduce)
-    scale = torch.where(peak > 0, peak / WEIGHT_QMAX, torch.ones_like(peak))
+    scale = torch.where(peak > 0, peak / qmax, torch.ones_like(peak))
     shape = [1] * w.dim()
     shape[axis] = -1
     s = scale.reshape(shape)
-    return torch.clamp(_round_ste(w / s), -WEIGHT_QMAX, WEIGHT_QMAX) * s, scale
+    return torch.clamp(_round_ste(w / s), -qmax, qmax) * s, scale
 
 
 def fake_quantize_bias(b: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
@@ -154,8 +155,9 @@ class FakeQuantGraphModule(GraphModule):
     tensor whose scale it uses (itself, or a passthrough op's input)."""
 
     def __init__(self, plan: QuantizationPlan, params: dict[str, tuple[np.float32, int]], qdq: Graph,
-                 fused: Graph) -> None:
+                 fused: Graph, weight_qmax: int = WEIGHT_QMAX) -> None:
         super().__init__(plan.graph)
+        self.weight_qmax = weight_qmax
         g = plan.graph
         runtime = [t for t in plan.tensors if g.const(t) is None]
         alias = {t: t for t in runtime}
@@ -227,7 +229,7 @@ class FakeQuantGraphModule(GraphModule):
                 elif how[0] == "act":
                     args.append(fake(name))
                 elif how[0] == "weight":
-                    w, w_scale = fake_quantize_weight(env[name], how[1])
+                    w, w_scale = fake_quantize_weight(env[name], how[1], self.weight_qmax)
                     args.append(w)
                 else:
                     args.append(getattr(self, how[1]))
@@ -252,24 +254,27 @@ class QATModel:
     integer graph of the module's current weights and scales."""
 
     def __init__(self, graph: Graph, calibration: np.ndarray, *, method: str = "minmax", skip: set[str] | None = None,
-                 layers: set[str] | None = None, backend: str = "auto", progress: Progress | None = None) -> None:
+                 layers: set[str] | None = None, backend: str = "auto", progress: Progress | None = None,
+                 weight_bits: int = 8) -> None:
         if method not in METHODS:
             raise InputError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
+        qmax = weight_qmax(weight_bits)
         started = time.perf_counter()
         if any(n.op == "BatchNormalization" for n in graph.nodes):
             from ..passes import optimize
             graph = graph.copy()
             optimize(graph)  # folds BatchNorm into the Conv/Gemm before it
         self.method = method
+        self.weight_bits = weight_bits
         self.plan = plan_quantization(graph, skip=skip, layers=layers)
         if not self.plan.capable:
             raise UnsupportedModelError(f"no op of {graph.name!r} has an integer form: nothing to quantize")
         feeds = calibration_inputs(self.plan.graph, calibration)
         self.samples = sum(len(next(iter(f.values()))) for f in feeds)
         self.params = self.plan.calibrate(feeds, method, backend, progress)
-        qdq = self.plan.qdq_graph(self.params)
+        qdq = self.plan.qdq_graph(self.params, weight_bits)
         self.ptq_graph, self.ptq_report = integer_graph(qdq.copy(), method, self.samples, started)
-        self.module = FakeQuantGraphModule(self.plan, self.params, qdq, self.ptq_graph)
+        self.module = FakeQuantGraphModule(self.plan, self.params, qdq, self.ptq_graph, qmax)
 
     def fit(self, train: Dataset, *, epochs: int = DEFAULT_EPOCHS, lr: float = DEFAULT_LR,
             batch_size: int = DEFAULT_BATCH, scale_lr: float = DEFAULT_SCALE_LR, distill: float = DEFAULT_DISTILL,
@@ -302,7 +307,8 @@ class QATModel:
         trained = QuantizationPlan(write_back(self.plan.graph.copy(), self.module), self.plan.capable,
                                    self.plan.tensors)
         params = {**self.params, **self.module.learned_params()}
-        return integer_graph(trained.qdq_graph(params), f"qat+{self.method}", self.samples, started)
+        return integer_graph(trained.qdq_graph(params, self.weight_bits), f"qat+{self.method}", self.samples,
+                             started)
 
 
 def _check_settings(epochs: Any, lr: Any, batch_size: Any, scale_lr: Any, distill: Any) -> None:
@@ -341,7 +347,7 @@ def quantization_aware_finetune(graph: Graph, train: Dataset, *, calibration: np
                                 scale_lr: float = DEFAULT_SCALE_LR, distill: float = DEFAULT_DISTILL,
                                 skip: set[str] | None = None, layers: set[str] | None = None, backend: str = "auto",
                                 progress: Progress | None = None, log: Log | None = None,
-                                seed: int = 0) -> tuple[Graph, QATReport]:
+                                seed: int = 0, weight_bits: int = 8) -> tuple[Graph, QATReport]:
     """An int8 copy of the optimized float ``graph`` fine-tuned through its own quantization.
 
     ``train`` / ``test`` are :class:`~edgesdk.datasets.Dataset` s (x float32 shaped like the
@@ -351,7 +357,8 @@ def quantization_aware_finetune(graph: Graph, train: Dataset, *, calibration: np
     ``epochs`` epochs of Adam (cosine decay) at ``lr`` for the weights and ``scale_lr`` for the
     log activation scales, on cross-entropy mixed with ``distill`` of distillation from the float
     graph. ``skip`` and ``layers`` (mixed precision) choose the integer ops as for
-    :func:`~edgesdk.quant.ptq.quantize_graph`; ``backend`` runs the calibration.
+    :func:`~edgesdk.quant.ptq.quantize_graph`; ``backend`` runs the calibration; ``weight_bits`` (8, or
+    7 for weights in [-64, 64]) as for :func:`~edgesdk.quant.ptq.quantize_graph`.
     ``progress(done, total, detail)`` is called per calibration run (detail "calibrating") and per
     training step (one count over all epochs, detail "epoch e/E loss ..."): an
     :class:`edgesdk.progress.Progress` draws them as bars with an ETA. ``log`` gets one line per
@@ -367,13 +374,15 @@ def quantization_aware_finetune(graph: Graph, train: Dataset, *, calibration: np
         raise InputError("quantization-aware fine-tuning: train and test must be edgesdk.datasets.Dataset "
                          "(x inputs, y labels), e.g. edgesdk.datasets.load_dataset(path)")
     _check_settings(epochs, lr, batch_size, scale_lr, distill)
+    weight_qmax(weight_bits)
     if method not in METHODS:
         raise InputError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
     check_trainable(graph, train, test)
     if calibration is None:
         calibration = train.x[:CALIBRATION_SAMPLES]
     torch.manual_seed(seed)
-    qat = QATModel(graph, calibration, method=method, skip=skip, layers=layers, backend=backend, progress=progress)
+    qat = QATModel(graph, calibration, method=method, skip=skip, layers=layers, backend=backend, progress=progress,
+                   weight_bits=weight_bits)
     module = qat.module
     start_accuracy = module_accuracy(module, test) if test is not None else None
     if log is not None:

@@ -98,6 +98,7 @@ constexpr KernelTable avx2_table() {
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx2);
   set_qu8_gemm(t, kAvx2Qu8MR, kAvx2Qu8NR, 4, Qu8Layout::C4Split16, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16c4__avx2);
+  EDGESDK_SET(t, qu8_igemm_narrow, qu8_igemm_narrow_4x16c4__avx2);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__avx2);
   EDGESDK_SET(t, qu8_maxpool, qu8_maxpool_32c__avx2);
   EDGESDK_SET(t, qu8_avgpool, qu8_avgpool_8c__avx2);
@@ -134,6 +135,7 @@ constexpr KernelTable avx512_table() {
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx512skx);
   set_qu8_gemm(t, kAvx512Qu8MR, kAvx512Qu8NR, 4, Qu8Layout::C4Split16, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512skx);
+  EDGESDK_SET(t, qu8_igemm_narrow, qu8_igemm_narrow_8x16c4__avx512skx);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_16c__avx512skx);
   EDGESDK_SET(t, qu8_maxpool, qu8_maxpool_64c__avx512skx);
   EDGESDK_SET(t, qu8_avgpool, qu8_avgpool_16c__avx512skx);
@@ -154,6 +156,8 @@ constexpr KernelTable avx512vnni_table() {
   set_qu8_gemm(t, kAvx512VnniQu8MR, kAvx512VnniQu8NR, 4, Qu8Layout::C4, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512vnni);
   EDGESDK_SET(t, qu8_igemm_x2, qu8_igemm_8x32c4__avx512vnni);
+  t.qu8_igemm_narrow = nullptr;  // vpdpbusd forms 4 exact products a lane with any weights
+  t.names.qu8_igemm_narrow = nullptr;
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_16c__avx512vnni);
   return t;
 }

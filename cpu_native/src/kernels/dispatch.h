@@ -28,7 +28,7 @@ enum class Isa { Scalar, Avx2, Avx512, Avx512Vnni, Neon, NeonFp16, NeonDot };
   X(igemm_f32w) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
-  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_depthwise) X(qu8_maxpool)   \
+  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_maxpool)   \
   X(qu8_avgpool) X(qu8_global_avgpool) X(qu8_add) X(qu8_mul) X(qu8_requantize)
 
 // The function name (ukernels.h: <datatype>_<op>_<tile>__<isa>) in each slot of a table; null
@@ -81,6 +81,10 @@ struct KernelTable {
   bool qu8_xor80;
   Qu8IgemmUkernel qu8_igemm;
   Qu8IgemmUkernel qu8_igemm_x2;  // two panels a call (ukernels.h); null on most levels
+  // For weights whose pairs fit vpmaddubsw's int16 sums (ukernels.h, qu8_pairs_fit_int16), packed
+  // Qu8Layout::C4 with the level's tile: filled on avx2 and avx512, whose qu8_igemm widens to 16
+  // bits; null elsewhere (vpdpbusd and sdot need no narrow weights).
+  Qu8IgemmUkernel qu8_igemm_narrow;
   Qu8DepthwiseUkernel qu8_depthwise;
   Qu8PoolUkernel qu8_maxpool;
   Qu8PoolUkernel qu8_avgpool;

@@ -2,6 +2,7 @@
 // operators around the qu8 microkernels (operators_qu8.h).
 #include "kernels/operators_qu8.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -72,6 +73,8 @@ PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, cons
   out.kcp = round_up(out.c, out.kr);
   out.input_zero_point = x_zp;
   out.out = make_output(y_zp, qmin, qmax);
+  out.narrow = tab.qu8_igemm_narrow != nullptr && qu8_pairs_fit_int16(w, n, k, kh * kw);
+  out.layout = out.narrow ? Qu8Layout::C4 : tab.qu8_layout;
   const size_t nr = out.nr, panels = out.panel_count(), ks = out.ks();
   out.panels = AlignedBuffer<uint8_t>(panels * out.panel_bytes());
   std::memset(out.panels.data(), 0, panels * out.panel_bytes());
@@ -93,7 +96,7 @@ PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, cons
         for (size_t kk = 0; kk < out.c; ++kk) {
           const int8_t v = w[col * k + s * out.c + kk];
           sum += v;
-          const size_t idx = p * out.panel_bytes() / out.elem_size() + packed_index(tab.qu8_layout, nr, out.kcp, s, kk, j);
+          const size_t idx = p * out.panel_bytes() / out.elem_size() + packed_index(out.layout, nr, out.kcp, s, kk, j);
           if (out.elem_size() == 2) w16[idx] = v;
           else w8[idx] = v;
         }
@@ -111,9 +114,22 @@ struct PanelStep {
   size_t panels;
   Qu8IgemmUkernel kernel;
 };
-static PanelStep panel_step(const KernelTable& t, size_t p, size_t p_end) {
-  if (t.qu8_igemm_x2 != nullptr && p + 1 < p_end) return {2, t.qu8_igemm_x2};
-  return {1, t.qu8_igemm};
+static PanelStep panel_step(const PackedQu8Weights& w, size_t p, size_t p_end) {
+  if (w.kernel_x2() != nullptr && p + 1 < p_end) return {2, w.kernel_x2()};
+  return {1, w.kernel()};
+}
+
+bool qu8_pairs_fit_int16(const int8_t* w, size_t n, size_t k, size_t ks) {
+  const size_t c = k / ks;
+  for (size_t o = 0; o < n; ++o)
+    for (size_t s = 0; s < ks; ++s) {
+      const int8_t* row = w + o * k + s * c;
+      for (size_t kk = 0; kk < c; kk += 2) {  // pairs (0, 1), (2, 3), ...: C4's byte pairs
+        const int w0 = row[kk], w1 = kk + 1 < c ? row[kk + 1] : 0;
+        if (std::max(w0, 0) + std::max(w1, 0) > 128 || std::max(-w0, 0) + std::max(-w1, 0) > 128) return false;
+      }
+    }
+  return true;
 }
 
 void Qu8RowGuard::plan(size_t rows, size_t stride, size_t width) {
@@ -139,7 +155,6 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
   if (m == 0) return;
   require(w.ks() == 1, "qu8_gemm: the weights are packed for a convolution kernel larger than 1x1");
   require(lda >= w.k && ldc >= w.n, "qu8_gemm: row stride smaller than the row");
-  const KernelTable& t = *w.table;
   const size_t mr = w.mr, nr = w.nr;
   Qu8RowGuard guard;  // a copy of the last rows when K % 4 != 0 (an allocation only then)
   guard.plan(m, lda, w.k);
@@ -160,7 +175,7 @@ void qu8_gemm(const uint8_t* a, size_t m, size_t lda, const PackedQu8Weights& w,
     const size_t p0 = nt * panels_per_tile, p1 = min_size(panels, p0 + panels_per_tile);
     const uint8_t* rows[64];  // MR pointers (MR <= 64)
     for (size_t p = p0; p < p1;) {
-      const PanelStep step = panel_step(t, p, p1);
+      const PanelStep step = panel_step(w, p, p1);
       const size_t ncur = min_size(step.panels * nr, w.n - p * nr);
       for (size_t i0 = m0; i0 < m1; i0 += mr) {
         const size_t mcur = min_size(mr, m1 - i0);
@@ -218,7 +233,6 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
     built_stride_ = in_stride;
   }
   guard_.fill(input);
-  const KernelTable& t = *w.table;
   const size_t mr = w.mr, nr = w.nr, ks = w.ks();
   const size_t pixels = n_ * oh_ * ow_;
   const size_t tiles = div_up(pixels, mr);
@@ -227,7 +241,7 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
   const uint8_t* const* ind = indirection_.data();
   grid.for_each_block(threads, [&](size_t t0, size_t t1, size_t p0, size_t p1) {
     for (size_t p = p0; p < p1;) {
-      const PanelStep step = panel_step(t, p, p1);
+      const PanelStep step = panel_step(w, p, p1);
       const size_t ncur = min_size(step.panels * nr, w.n - p * nr);
       for (size_t tile = t0; tile < t1; ++tile) {
         const size_t mcur = min_size(mr, pixels - tile * mr);

@@ -34,14 +34,20 @@ struct PackedQu8Weights {
   AlignedBuffer<uint8_t> panels;
   AlignedBuffer<int32_t> bias;  // round_up(n, nr)
   AlignedBuffer<int32_t> rq;    // panel_count() blocks of kQu8RqRows x nr
+  // The GEMM these weights run on: the table's qu8_igemm (and qu8_igemm_x2) in its qu8_layout, or
+  // its qu8_igemm_narrow in Qu8Layout::C4 when every weight pair fits it (ukernels.h).
+  bool narrow = false;
+  Qu8Layout layout = Qu8Layout::KMajor;
 
   size_t ks() const { return kh * kw; }
   size_t panel_count() const { return div_up(n, nr); }
-  size_t elem_size() const { return table->qu8_layout == Qu8Layout::C4Split16 ? 2 : 1; }
+  size_t elem_size() const { return layout == Qu8Layout::C4Split16 ? 2 : 1; }
   size_t panel_bytes() const { return ks() * kcp * nr * elem_size(); }
   const void* panel(size_t p) const { return panels.data() + p * panel_bytes(); }
   const int32_t* panel_rq(size_t p) const { return rq.data() + p * kQu8RqRows * nr; }
-  const char* kernel_name() const { return table->names.qu8_igemm; }
+  Qu8IgemmUkernel kernel() const { return narrow ? table->qu8_igemm_narrow : table->qu8_igemm; }
+  Qu8IgemmUkernel kernel_x2() const { return narrow ? nullptr : table->qu8_igemm_x2; }
+  const char* kernel_name() const { return narrow ? table->names.qu8_igemm_narrow : table->names.qu8_igemm; }
 };
 
 // w: N x K int8 (row o = output channel o; a convolution's OHWI weights with K = kh*kw*C), bias

@@ -4,10 +4,11 @@
 // scalar formulas: AVX2 has no byte-masked loads, and they are the same arithmetic (the depthwise
 // convolution, on packed weights, computes its last channels in a whole vector instead).
 //
-// Products are formed exactly in 16 bits: vpmaddwd multiplies int16 pairs and adds the two
-// products into an int32 lane. Not vpmaddubsw (u8 x s8 pairs summed into int16 with saturation):
-// two products of 255 * -128 sum to -65280, far outside int16, so it would saturate on ordinary
-// data (XNNPACK uses it only with weights restricted to 7 bits).
+// The GEMM forms products exactly in 16 bits: vpmaddwd multiplies int16 pairs and adds the two
+// products into an int32 lane. vpmaddubsw (u8 x s8 pairs summed into int16 with saturation) would
+// saturate on ordinary 8-bit weights (two products of 255 * -128 sum to -65280), so it runs only
+// in the narrow GEMM, for layers whose weight pairs the packer proved fit (ukernels.h; ONNX
+// Runtime's AVX2 kernels use it on any weights and saturate, hence its reduce_range option).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -104,16 +105,12 @@ FpRq fp_rq_make(__m256i mult, __m256i right) {
               _mm256_add_ps(base, half), _mm256_sub_ps(base, half)};
 }
 
-// Whether the 8 lanes allow the fp32 form (lanes outside `valid`, all ones where valid, pass).
-bool fp_rq_allowed(__m256i mult, __m256i left, __m256i right, __m256i valid) {
-  const __m256i bad = _mm256_or_si256(
-      _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(1), mult), _mm256_cmpgt_epi32(right, _mm256_set1_epi32(20))),
-      _mm256_cmpgt_epi32(left, _mm256_setzero_si256()));
-  return _mm256_testz_si256(bad, valid) != 0;
-}
-
+// kAnySign = false: every lane takes the non-negative offset, right where the output clamps at or
+// above its zero point (qu8_avx512.inl's requantize_fp says why).
+template <bool kAnySign = true>
 static inline __m256i requantize_fp(__m256i x, const FpRq& q, int* retry) {
-  const __m256 offset = _mm256_blendv_ps(q.offset_pos, q.offset_neg, _mm256_castsi256_ps(x));  // by x's sign
+  const __m256 offset = kAnySign ? _mm256_blendv_ps(q.offset_pos, q.offset_neg, _mm256_castsi256_ps(x))  // by x's sign
+                                 : q.offset_pos;
   const __m256i w = _mm256_cvtps_epi32(_mm256_fmadd_ps(_mm256_cvtepi32_ps(x), q.scale, offset));
   const __m256i step = _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(2047)), _mm256_setzero_si256());
   *retry = _mm256_movemask_ps(_mm256_castsi256_ps(step));
@@ -181,6 +178,12 @@ static inline void step(__m256i* acc, int32_t x32, const __m256i* wv) {
   acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x13, wv[3]));
 }
 
+// Requantizes the M x 16 tile's accumulators (columns 0-7, 8-15 a row) and stores rows < mr,
+// columns < nr (defined after the GEMMs).
+template <size_t M>
+__attribute__((always_inline)) inline void store_tile(__m256i (*acc)[2], size_t mr, size_t nr, const int32_t* rq,
+                                                      uint8_t* c, size_t ldc, const Qu8Output* out);
+
 // 4 x 16: 8 accumulators, 4 weight vectors (a step: (k0, k2) pairs of columns 0-7 and 8-15, then
 // (k1, k3)), the broadcast and its two halves: 15 of the 16 ymm registers.
 template <size_t M>
@@ -207,26 +210,79 @@ void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, 
       for (size_t i = 0; i < M; ++i) step(acc[i], load_u32(r[i] + k), wv);
     }
   }
-  // The fp32 form where the tile's columns (< nr) allow it and MXCSR rounds to nearest.
+  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
+}
+
+// The narrow-weight GEMM (ukernels.h, the qu8_igemm_narrow slot), packed Qu8Layout::C4: per 4 k two
+// 32-byte weight loads (columns 0-7 and 8-15, 4 k each); per row the broadcast activation word and,
+// per weight vector, vpmaddubsw (two uint8 x int8 products per int16 lane: exact, the packer
+// checked every weight pair), vpmaddwd by 1 (the lane's 4 products into int32) and vpaddd: 6
+// instructions per row and 4 k where step() takes 11.
+template <size_t M>
+void igemm_narrow(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int8_t* w,
+                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  __m256i acc[M][2];
+  const __m256i b0 = load8_i32(bias), b1 = load8_i32(bias + 8), ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+  for (size_t i = 0; i < M; ++i) {
+    acc[i][0] = b0;
+    acc[i][1] = b1;
+  }
+  for (size_t s = 0; s < ks; ++s) {
+    const uint8_t* r[M];
+#pragma GCC unroll 4
+    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
+    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
+    for (size_t k = 0; k < kc; k += 4) {
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32));
+      w += 64;
+#pragma GCC unroll 4
+      for (size_t i = 0; i < M; ++i) {
+        const __m256i x = _mm256_set1_epi32(load_u32(r[i] + k));
+        acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones));
+        acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones));
+      }
+    }
+  }
+  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
+}
+
+// requantize() of one row's 16 lanes with the tile's constants (the fp32 form's rare retries: out of
+// the hot loop, which keeps its registers).
+__attribute__((noinline)) void requantize_row(__m256i* acc, const int32_t* rq) {
+  acc[0] = requantize(acc[0], rq_load(rq, 16, 0));
+  acc[1] = requantize(acc[1], rq_load(rq, 16, 8));
+}
+
+template <size_t M>
+__attribute__((always_inline)) inline void store_tile(__m256i (*acc)[2], size_t mr, size_t nr, const int32_t* rq,
+                                                      uint8_t* c, size_t ldc, const Qu8Output* out) {
+  // The fp32 form where the tile's columns (< nr) allow it (the packed table's kQu8RqFpScale rows
+  // are > 0: computed once when the table was written, as qu8_avx512.inl's store_tile takes them)
+  // and MXCSR rounds to nearest. Small-K GEMMs (MobileNets' 1x1 expansions) spend most of their
+  // time here: deriving those constants from the integer rows on every call cost 1.3x there.
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i valid0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(nr)), lane);
   const __m256i valid1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(nr) - 8), lane);
-  const __m256i m0 = load8_i32(rq + kQu8RqMultiplier * 16), m1 = load8_i32(rq + kQu8RqMultiplier * 16 + 8);
-  const __m256i e0 = load8_i32(rq + kQu8RqRight * 16), e1 = load8_i32(rq + kQu8RqRight * 16 + 8);
-  if (fp_rounding_ok() && fp_rq_allowed(m0, load8_i32(rq + kQu8RqLeft * 16), e0, valid0) &&
-      fp_rq_allowed(m1, load8_i32(rq + kQu8RqLeft * 16 + 8), e1, valid1)) {
-    // Columns past nr (padding, multiplier 0) get harmless constants.
-    const __m256i m30 = _mm256_set1_epi32(1 << 30), one = _mm256_set1_epi32(1);
-    const FpRq f0 = fp_rq_make(_mm256_blendv_epi8(m30, m0, valid0), _mm256_blendv_epi8(one, e0, valid0));
-    const FpRq f1 = fp_rq_make(_mm256_blendv_epi8(m30, m1, valid1), _mm256_blendv_epi8(one, e1, valid1));
+  const __m256 s0 = _mm256_castsi256_ps(load8_i32(rq + kQu8RqFpScale * 16));
+  const __m256 s1 = _mm256_castsi256_ps(load8_i32(rq + kQu8RqFpScale * 16 + 8));
+  const __m256i bad0 = _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(s0, _mm256_setzero_ps(), _CMP_GT_OQ)), valid0);
+  const __m256i bad1 = _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(s1, _mm256_setzero_ps(), _CMP_GT_OQ)), valid1);
+  if (_mm256_testz_si256(_mm256_or_si256(bad0, bad1), _mm256_or_si256(bad0, bad1)) && fp_rounding_ok()) {
+    const FpRq f0{s0, _mm256_castsi256_ps(load8_i32(rq + kQu8RqFpOffsetPos * 16)),
+                  _mm256_castsi256_ps(load8_i32(rq + kQu8RqFpOffsetNeg * 16))};
+    const FpRq f1{s1, _mm256_castsi256_ps(load8_i32(rq + kQu8RqFpOffsetPos * 16 + 8)),
+                  _mm256_castsi256_ps(load8_i32(rq + kQu8RqFpOffsetNeg * 16 + 8))};
     const int cols = nr >= 16 ? 0xFFFF : (1 << nr) - 1;
+    const bool any_sign = out->qmin < out->zero_point;  // else (fused Relu) no sign select: qu8_avx512.inl
 #pragma GCC unroll 4
     for (size_t i = 0; i < M; ++i) {
       int r0, r1;
-      const __m256i y0 = requantize_fp(acc[i][0], f0, &r0), y1 = requantize_fp(acc[i][1], f1, &r1);
+      const __m256i y0 = any_sign ? requantize_fp<true>(acc[i][0], f0, &r0) : requantize_fp<false>(acc[i][0], f0, &r0);
+      const __m256i y1 = any_sign ? requantize_fp<true>(acc[i][1], f1, &r1) : requantize_fp<false>(acc[i][1], f1, &r1);
       if (__builtin_expect(((r0 | r1 << 8) & cols) != 0, 0)) {
-        acc[i][0] = requantize(acc[i][0], rq_load(rq, 16, 0));
-        acc[i][1] = requantize(acc[i][1], rq_load(rq, 16, 8));
+        requantize_row(acc[i], rq);
       } else {
         acc[i][0] = y0;
         acc[i][1] = y1;
@@ -301,6 +357,18 @@ void qu8_igemm_4x16c4__avx2(size_t mr, size_t nr, size_t kc, size_t ks, const ui
     case 2: igemm<2>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out); break;
     case 3: igemm<3>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out); break;
     default: igemm<4>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out); break;
+  }
+}
+
+void qu8_igemm_narrow_4x16c4__avx2(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
+                                   const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc,
+                                   const Qu8Output* out) {
+  const int8_t* w8 = static_cast<const int8_t*>(w);
+  switch (mr) {
+    case 1: igemm_narrow<1>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
+    case 2: igemm_narrow<2>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
+    case 3: igemm_narrow<3>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
+    default: igemm_narrow<4>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
   }
 }
 

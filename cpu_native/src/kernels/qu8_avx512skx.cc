@@ -1,12 +1,12 @@
-// AVX-512 (F + BW + DQ + VL, Skylake-X) qu8 kernels of the avx512 level: the GEMM without VNNI, so
+// AVX-512 (F + BW + DQ + VL, Skylake-X) qu8 kernels of the avx512 level: the GEMMs without VNNI, so
 // it runs where Bochs' corei7_skylake_x checks it (tools/avx512_under_bochs.py), depthwise
 // convolution, pooling, Add / Mul and requantization. Compiled with -mavx512f -mavx512bw
 // -mavx512vl -mavx512dq; selected at run time only.
 //
-// Products are formed exactly in 16 bits: vpmaddwd multiplies int16 pairs and adds the two
-// products into an int32 lane. Not vpmaddubsw (u8 x s8 pairs summed into int16 with saturation):
-// two products of 255 * -128 sum to -65280, far outside int16, so it would saturate on ordinary
-// data (XNNPACK uses it only with weights restricted to 7 bits).
+// The GEMM forms products exactly in 16 bits: vpmaddwd multiplies int16 pairs and adds the two
+// products into an int32 lane. vpmaddubsw (u8 x s8 pairs summed into int16 with saturation) would
+// saturate on ordinary 8-bit weights (two products of 255 * -128 sum to -65280), so it runs only
+// in the narrow GEMM, for layers whose weight pairs the packer proved fit (ukernels.h).
 // GCC 12 flags its own _mm512_undefined_* helpers as (maybe-)uninitialized when inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -56,6 +56,35 @@ void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, 
       w += 64;
 #pragma GCC unroll 8
       for (size_t i = 0; i < M; ++i) acc[i] = step(acc[i], load_u32(r[i] + k), wa, wb);
+    }
+  }
+  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
+}
+
+// The narrow-weight GEMM (ukernels.h, the qu8_igemm_narrow slot), packed Qu8Layout::C4: per 4 k one
+// 64-byte weight load (16 columns x 4 k); per row the broadcast activation word, vpmaddubsw (two
+// uint8 x int8 products per int16 lane: exact, the packer checked every weight pair), vpmaddwd by
+// 1 (the lane's 4 products into int32) and vpaddd: 3 instructions where step() takes 6.
+template <size_t M>
+void igemm_narrow(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int8_t* w,
+                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  __m512i acc[M];
+  const __m512i b = _mm512_loadu_si512(bias), ones = _mm512_set1_epi16(1);
+#pragma GCC unroll 8
+  for (size_t i = 0; i < M; ++i) acc[i] = b;
+  for (size_t s = 0; s < ks; ++s) {
+    const uint8_t* r[M];
+#pragma GCC unroll 8
+    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
+    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
+    for (size_t k = 0; k < kc; k += 4) {
+      const __m512i wv = _mm512_load_si512(w);
+      w += 64;
+#pragma GCC unroll 8
+      for (size_t i = 0; i < M; ++i) {
+        const __m512i pairs = _mm512_maddubs_epi16(_mm512_set1_epi32(load_u32(r[i] + k)), wv);
+        acc[i] = _mm512_add_epi32(acc[i], _mm512_madd_epi16(pairs, ones));
+      }
     }
   }
   store_tile<M>(acc, mr, nr, rq, c, ldc, out);
@@ -119,6 +148,15 @@ void qu8_igemm_8x16c4__avx512skx(size_t mr, size_t nr, size_t kc, size_t ks, con
                                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
   const int16_t* w16 = static_cast<const int16_t*>(w);
 #define EDGESDK_CALL(M) igemm<M>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out)
+  EDGESDK_QU8_DISPATCH_MR(mr, EDGESDK_CALL)
+#undef EDGESDK_CALL
+}
+
+void qu8_igemm_narrow_8x16c4__avx512skx(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a,
+                                        const void* w, const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc,
+                                        const Qu8Output* out) {
+  const int8_t* w8 = static_cast<const int8_t*>(w);
+#define EDGESDK_CALL(M) igemm_narrow<M>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out)
   EDGESDK_QU8_DISPATCH_MR(mr, EDGESDK_CALL)
 #undef EDGESDK_CALL
 }

@@ -306,6 +306,18 @@ struct Qu8Output {
 using Qu8IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
                                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out);
 
+// The qu8_igemm_narrow slot (avx2, avx512: levels without a 4-product instruction) multiplies with
+// vpmaddubsw: per 16-bit lane, two uint8 activations times two int8 weights summed with int16
+// saturation, then vpmaddwd by 1 into int32 lanes, 3 instructions per vector of 4 k where the
+// 16-bit widening takes 5. It is exact only for weights whose pairs (k = 4b, 4b+1 and 4b+2, 4b+3
+// of a kernel position, the pairs of Qu8Layout::C4) can never leave int16: for every pair,
+//   255 * (max(w0, 0) + max(w1, 0)) <= 32767 and 255 * (max(-w0, 0) + max(-w1, 0)) <= 32768,
+// that is positive parts and negative parts each summing to at most 128. 7-bit weights ([-64, 64],
+// ONNX Runtime's reduce_range) always pass; full 8-bit ones rarely do. pack_qu8_gemm_weights checks
+// every pair (qu8_pairs_fit_int16) and takes this kernel, packed C4, only when all pass, so results
+// stay bit-exact whatever the weights; other layers run the level's qu8_igemm.
+bool qu8_pairs_fit_int16(const int8_t* w, size_t n, size_t k, size_t ks);
+
 // How a level's qu8 GEMM wants one panel's weights (kernel position s, reduction step kb of KR):
 //   KMajor     KR = 1: int8 w[k][j] at (s*kcp + k)*NR + j (scalar, NEON smlal).
 //   C4         KR = 4: int8 w[4kb+t][j] at ((s*kcp/4 + kb)*NR + j)*4 + t: four consecutive k of a
@@ -473,6 +485,7 @@ UkernelFunction<Col2ImUkernel> f32_col2im__avx2;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__avx2, f32_resize_linear__avx2;
 // qu8 (qu8_avx2.cc: 8 int32 lanes).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16c4__avx2;
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_4x16c4__avx2;  // vpmaddubsw (the qu8_igemm_narrow slot)
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__avx2;
 UkernelFunction<Qu8PoolUkernel> qu8_maxpool_32c__avx2, qu8_avgpool_8c__avx2;
 UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_32c__avx2;
@@ -500,6 +513,7 @@ UkernelFunction<Col2ImUkernel> f32_col2im__avx512skx;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__avx512skx, f32_resize_linear__avx512skx;
 // qu8 (qu8_avx512skx.cc: F + BW + DQ + VL, 16 int32 lanes; the GEMM widens to 16 bits).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512skx;
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_8x16c4__avx512skx;  // vpmaddubsw (the qu8_igemm_narrow slot)
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_16c__avx512skx;
 UkernelFunction<Qu8PoolUkernel> qu8_maxpool_64c__avx512skx, qu8_avgpool_16c__avx512skx;
 UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_64c__avx512skx;
