@@ -166,88 +166,6 @@ int32_t load_u32(const uint8_t* p) {
   return v;
 }
 
-// acc[0..1] += the 4 k of activation word x32 against one step of Qu8Layout::C4Split16: the word
-// x0 | x1 << 8 | x2 << 16 | x3 << 24 gives the int16 pairs (x0, x2) under a mask and (x1, x3) after
-// a 16-bit shift by 8 (no shuffle), each multiplied with its int16 weight pairs by vpmaddwd.
-static inline void step(__m256i* acc, int32_t x32, const __m256i* wv) {
-  const __m256i x = _mm256_set1_epi32(x32);
-  const __m256i x02 = _mm256_and_si256(x, _mm256_set1_epi32(0x00FF00FF)), x13 = _mm256_srli_epi16(x, 8);
-  acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x02, wv[0]));
-  acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x02, wv[1]));
-  acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x13, wv[2]));
-  acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x13, wv[3]));
-}
-
-// Requantizes the M x 16 tile's accumulators (columns 0-7, 8-15 a row) and stores rows < mr,
-// columns < nr (defined after the GEMMs).
-template <size_t M>
-__attribute__((always_inline)) inline void store_tile(__m256i (*acc)[2], size_t mr, size_t nr, const int32_t* rq,
-                                                      uint8_t* c, size_t ldc, const Qu8Output* out);
-
-// 4 x 16: 8 accumulators, 4 weight vectors (a step: (k0, k2) pairs of columns 0-7 and 8-15, then
-// (k1, k3)), the broadcast and its two halves: 15 of the 16 ymm registers.
-template <size_t M>
-void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int16_t* w, const int32_t* bias,
-           const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  __m256i acc[M][2];
-  const __m256i b0 = load8_i32(bias), b1 = load8_i32(bias + 8);
-#pragma GCC unroll 4
-  for (size_t i = 0; i < M; ++i) {
-    acc[i][0] = b0;
-    acc[i][1] = b1;
-  }
-  for (size_t s = 0; s < ks; ++s) {
-    const uint8_t* r[M];
-#pragma GCC unroll 4
-    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
-    for (size_t k = 0; k < kc; k += 4) {
-      __m256i wv[4];
-#pragma GCC unroll 4
-      for (size_t v = 0; v < 4; ++v) wv[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 16 * v));
-      w += 64;
-#pragma GCC unroll 4
-      for (size_t i = 0; i < M; ++i) step(acc[i], load_u32(r[i] + k), wv);
-    }
-  }
-  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
-}
-
-// The narrow-weight GEMM (ukernels.h, the qu8_igemm_narrow slot), packed Qu8Layout::C4: per 4 k two
-// 32-byte weight loads (columns 0-7 and 8-15, 4 k each); per row the broadcast activation word and,
-// per weight vector, vpmaddubsw (two uint8 x int8 products per int16 lane: exact, the packer
-// checked every weight pair), vpmaddwd by 1 (the lane's 4 products into int32) and vpaddd: 6
-// instructions per row and 4 k where step() takes 11.
-template <size_t M>
-void igemm_narrow(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int8_t* w,
-                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  __m256i acc[M][2];
-  const __m256i b0 = load8_i32(bias), b1 = load8_i32(bias + 8), ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-  for (size_t i = 0; i < M; ++i) {
-    acc[i][0] = b0;
-    acc[i][1] = b1;
-  }
-  for (size_t s = 0; s < ks; ++s) {
-    const uint8_t* r[M];
-#pragma GCC unroll 4
-    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
-    for (size_t k = 0; k < kc; k += 4) {
-      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w));
-      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32));
-      w += 64;
-#pragma GCC unroll 4
-      for (size_t i = 0; i < M; ++i) {
-        const __m256i x = _mm256_set1_epi32(load_u32(r[i] + k));
-        acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w0), ones));
-        acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w1), ones));
-      }
-    }
-  }
-  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
-}
-
 // requantize() of one row's 16 lanes with the tile's constants (the fp32 form's rare retries: out of
 // the hot loop, which keeps its registers).
 __attribute__((noinline)) void requantize_row(__m256i* acc, const int32_t* rq) {
@@ -305,6 +223,85 @@ __attribute__((always_inline)) inline void store_tile(__m256i (*acc)[2], size_t 
   }
 }
 
+// acc[0..1] += the 4 k of activation word x32 against one step of Qu8Layout::C4Split16: the word
+// x0 | x1 << 8 | x2 << 16 | x3 << 24 gives the int16 pairs (x0, x2) under a mask and (x1, x3) after
+// a 16-bit shift by 8 (no shuffle), each multiplied with its int16 weight pairs by vpmaddwd.
+// 4 x 16: 8 accumulators, 4 weight vectors (a step: (k0, k2) pairs of columns 0-7 and 8-15, then
+// (k1, k3)), the broadcast and its two halves: 15 of the 16 ymm registers.
+struct WidenStep {
+  struct Weights {
+    __m256i v[4];
+  };
+  static constexpr size_t kBytes = 128;
+  static Weights load(const uint8_t* w) {
+    Weights out;
+#pragma GCC unroll 4
+    for (size_t i = 0; i < 4; ++i) out.v[i] = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32 * i));
+    return out;
+  }
+  void apply(__m256i* acc, int32_t x32, const Weights& w) const {
+    const __m256i x = _mm256_set1_epi32(x32);
+    const __m256i x02 = _mm256_and_si256(x, _mm256_set1_epi32(0x00FF00FF)), x13 = _mm256_srli_epi16(x, 8);
+    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x02, w.v[0]));
+    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x02, w.v[1]));
+    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(x13, w.v[2]));
+    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(x13, w.v[3]));
+  }
+};
+
+// The narrow-weight GEMM (ukernels.h, the qu8_igemm_narrow slot), packed Qu8Layout::C4: per 4 k two
+// 32-byte weight loads (columns 0-7 and 8-15, 4 k each); per row the broadcast activation word and,
+// per weight vector, vpmaddubsw (two uint8 x int8 products per int16 lane: exact, the packer
+// checked every weight pair), vpmaddwd by 1 (the lane's 4 products into int32) and vpaddd: 6
+// instructions per row and 4 k where WidenStep takes 11.
+struct NarrowStep {
+  struct Weights {
+    __m256i lo, hi;
+  };
+  static constexpr size_t kBytes = 64;
+  const __m256i ones = _mm256_set1_epi16(1);
+  static Weights load(const uint8_t* w) {
+    return {_mm256_load_si256(reinterpret_cast<const __m256i*>(w)),
+            _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 32))};
+  }
+  void apply(__m256i* acc, int32_t x32, const Weights& w) const {
+    const __m256i x = _mm256_set1_epi32(x32);
+    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w.lo), ones));
+    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(_mm256_maddubs_epi16(x, w.hi), ones));
+  }
+};
+
+// The GEMM loop of both (ukernels.h, Qu8IgemmUkernel): M rows of two accumulators from the bias;
+// per kernel position and 4 k one packed step applied to each row's 4-byte activation word (a
+// tail of kc % 4 bytes reads the whole word: ukernels.h, rows are readable that far); then the
+// fused requantization.
+template <size_t M, class Step>
+void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w, const int32_t* bias,
+           const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  __m256i acc[M][2];
+  const __m256i b0 = load8_i32(bias), b1 = load8_i32(bias + 8);
+#pragma GCC unroll 4
+  for (size_t i = 0; i < M; ++i) {
+    acc[i][0] = b0;
+    acc[i][1] = b1;
+  }
+  const Step step;
+  const uint8_t* wp = static_cast<const uint8_t*>(w);
+  for (size_t s = 0; s < ks; ++s) {
+    const uint8_t* r[M];
+#pragma GCC unroll 4
+    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
+    for (size_t k = 0; k < kc; k += 4) {
+      const typename Step::Weights wv = Step::load(wp);
+      wp += Step::kBytes;
+#pragma GCC unroll 4
+      for (size_t i = 0; i < M; ++i) step.apply(acc[i], load_u32(r[i] + k), wv);
+    }
+  }
+  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
+}
+
+
 // The contiguous range [begin, end) of kernel taps whose input position lies in [0, extent).
 void tap_range(size_t o, size_t stride, size_t kernel, size_t dil, size_t pad, size_t extent, size_t* begin,
                size_t* end) {
@@ -349,28 +346,26 @@ int32_t add_saturate(int32_t a, int32_t b) {
 
 }  // namespace
 
+// Calls igemm<M, Step> with M = mr (1..4).
+#define EDGESDK_AVX2_QU8_GEMM(Step)                                                       \
+  switch (mr) {                                                                         \
+    case 1: igemm<1, Step>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out); break;         \
+    case 2: igemm<2, Step>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out); break;         \
+    case 3: igemm<3, Step>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out); break;         \
+    default: igemm<4, Step>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out); break;        \
+  }
+
 void qu8_igemm_4x16c4__avx2(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
                             const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  const int16_t* w16 = static_cast<const int16_t*>(w);
-  switch (mr) {
-    case 1: igemm<1>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out); break;
-    case 2: igemm<2>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out); break;
-    case 3: igemm<3>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out); break;
-    default: igemm<4>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out); break;
-  }
+  EDGESDK_AVX2_QU8_GEMM(WidenStep)
 }
 
 void qu8_igemm_narrow_4x16c4__avx2(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
                                    const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc,
                                    const Qu8Output* out) {
-  const int8_t* w8 = static_cast<const int8_t*>(w);
-  switch (mr) {
-    case 1: igemm_narrow<1>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
-    case 2: igemm_narrow<2>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
-    case 3: igemm_narrow<3>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
-    default: igemm_narrow<4>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out); break;
-  }
+  EDGESDK_AVX2_QU8_GEMM(NarrowStep)
 }
+#undef EDGESDK_AVX2_QU8_GEMM
 
 namespace {
 namespace dw {

@@ -264,6 +264,36 @@ static inline int32_t load_u32(const uint8_t* p) {
   return v;
 }
 
+// The loop every one-panel AVX-512 qu8 GEMM runs (ukernels.h, Qu8IgemmUkernel; the levels' kernels
+// differ only in their Step): M accumulators from the bias; per kernel position s (row pointers
+// a[s * kMR + i]) and 4 k, one packed step of Step::kBytes weight bytes (Step::load), applied to
+// each row's 4-byte activation word (step.apply(acc, x32, weights)); then the fused requantization.
+// A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
+template <size_t M, size_t kMR, class Step>
+__attribute__((always_inline)) static inline void igemm_loop(size_t mr, size_t nr, size_t kc, size_t ks,
+                                                             const uint8_t* const* a, const void* w, const int32_t* bias,
+                                                             const int32_t* rq, uint8_t* c, size_t ldc,
+                                                             const Qu8Output* out) {
+  __m512i acc[M];
+  const __m512i b = _mm512_loadu_si512(bias);
+#pragma GCC unroll 8
+  for (size_t i = 0; i < M; ++i) acc[i] = b;
+  const Step step;
+  const uint8_t* wp = static_cast<const uint8_t*>(w);
+  for (size_t s = 0; s < ks; ++s) {
+    const uint8_t* r[M];
+#pragma GCC unroll 8
+    for (size_t i = 0; i < M; ++i) r[i] = a[s * kMR + i];
+    for (size_t k = 0; k < kc; k += 4) {
+      const typename Step::Weights wv = Step::load(wp);
+      wp += Step::kBytes;
+#pragma GCC unroll 8
+      for (size_t i = 0; i < M; ++i) step.apply(acc[i], load_u32(r[i] + k), wv);
+    }
+  }
+  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
+}
+
 static inline __mmask16 first16(size_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }

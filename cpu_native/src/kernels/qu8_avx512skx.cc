@@ -31,64 +31,33 @@ static_assert(kAvx512Qu8NR == 16, "one zmm of int32 per row");
 // int16 pairs. The broadcast 32-bit activation word x0 | x1 << 8 | x2 << 16 | x3 << 24 becomes the
 // int16 pairs (x0, x2) with a mask and (x1, x3) with a 16-bit shift by 8: no shuffle. Per row and
 // 4 k: 2 vpmaddwd + 2 vpaddd (+ the and / shift) for 64 multiply-adds.
-// acc += the 4 k of activation word x against one step's (wa, wb).
-static inline __m512i step(__m512i acc, int32_t x32, __m512i wa, __m512i wb) {
-  const __m512i x = _mm512_set1_epi32(x32);
-  const __m512i x02 = _mm512_and_si512(x, _mm512_set1_epi32(0x00FF00FF)), x13 = _mm512_srli_epi16(x, 8);
-  acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x02, wa));
-  return _mm512_add_epi32(acc, _mm512_madd_epi16(x13, wb));
-}
-
-template <size_t M>
-void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int16_t* w, const int32_t* bias,
-           const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  __m512i acc[M];
-  const __m512i b = _mm512_loadu_si512(bias);
-#pragma GCC unroll 8
-  for (size_t i = 0; i < M; ++i) acc[i] = b;
-  for (size_t s = 0; s < ks; ++s) {
-    const uint8_t* r[M];
-#pragma GCC unroll 8
-    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
-    for (size_t k = 0; k < kc; k += 4) {
-      const __m512i wa = _mm512_load_si512(w), wb = _mm512_load_si512(w + 32);
-      w += 64;
-#pragma GCC unroll 8
-      for (size_t i = 0; i < M; ++i) acc[i] = step(acc[i], load_u32(r[i] + k), wa, wb);
-    }
+struct WidenStep {
+  struct Weights {
+    __m512i a, b;
+  };
+  static constexpr size_t kBytes = 128;
+  static Weights load(const uint8_t* w) { return {_mm512_load_si512(w), _mm512_load_si512(w + 64)}; }
+  void apply(__m512i& acc, int32_t x32, const Weights& w) const {
+    const __m512i x = _mm512_set1_epi32(x32);
+    const __m512i x02 = _mm512_and_si512(x, _mm512_set1_epi32(0x00FF00FF)), x13 = _mm512_srli_epi16(x, 8);
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x02, w.a));
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x13, w.b));
   }
-  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
-}
+};
 
 // The narrow-weight GEMM (ukernels.h, the qu8_igemm_narrow slot), packed Qu8Layout::C4: per 4 k one
 // 64-byte weight load (16 columns x 4 k); per row the broadcast activation word, vpmaddubsw (two
 // uint8 x int8 products per int16 lane: exact, the packer checked every weight pair), vpmaddwd by
-// 1 (the lane's 4 products into int32) and vpaddd: 3 instructions where step() takes 6.
-template <size_t M>
-void igemm_narrow(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int8_t* w,
-                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  __m512i acc[M];
-  const __m512i b = _mm512_loadu_si512(bias), ones = _mm512_set1_epi16(1);
-#pragma GCC unroll 8
-  for (size_t i = 0; i < M; ++i) acc[i] = b;
-  for (size_t s = 0; s < ks; ++s) {
-    const uint8_t* r[M];
-#pragma GCC unroll 8
-    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
-    for (size_t k = 0; k < kc; k += 4) {
-      const __m512i wv = _mm512_load_si512(w);
-      w += 64;
-#pragma GCC unroll 8
-      for (size_t i = 0; i < M; ++i) {
-        const __m512i pairs = _mm512_maddubs_epi16(_mm512_set1_epi32(load_u32(r[i] + k)), wv);
-        acc[i] = _mm512_add_epi32(acc[i], _mm512_madd_epi16(pairs, ones));
-      }
-    }
+// 1 (the lane's 4 products into int32) and vpaddd: 3 instructions where WidenStep takes 6.
+struct NarrowStep {
+  using Weights = __m512i;
+  static constexpr size_t kBytes = 64;
+  const __m512i ones = _mm512_set1_epi16(1);
+  static Weights load(const uint8_t* w) { return _mm512_load_si512(w); }
+  void apply(__m512i& acc, int32_t x32, const Weights& w) const {
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(x32), w), ones));
   }
-  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
-}
+};
 
 __mmask64 first64(size_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
 
@@ -146,8 +115,7 @@ struct PairTaps {
 
 void qu8_igemm_8x16c4__avx512skx(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
                                  const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  const int16_t* w16 = static_cast<const int16_t*>(w);
-#define EDGESDK_CALL(M) igemm<M>(mr, nr, kc, ks, a, w16, bias, rq, c, ldc, out)
+#define EDGESDK_CALL(M) igemm_loop<M, MR, WidenStep>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out)
   EDGESDK_QU8_DISPATCH_MR(mr, EDGESDK_CALL)
 #undef EDGESDK_CALL
 }
@@ -155,8 +123,7 @@ void qu8_igemm_8x16c4__avx512skx(size_t mr, size_t nr, size_t kc, size_t ks, con
 void qu8_igemm_narrow_8x16c4__avx512skx(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a,
                                         const void* w, const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc,
                                         const Qu8Output* out) {
-  const int8_t* w8 = static_cast<const int8_t*>(w);
-#define EDGESDK_CALL(M) igemm_narrow<M>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out)
+#define EDGESDK_CALL(M) igemm_loop<M, MR, NarrowStep>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out)
   EDGESDK_QU8_DISPATCH_MR(mr, EDGESDK_CALL)
 #undef EDGESDK_CALL
 }

@@ -39,27 +39,13 @@ static inline void dpbusd(__m512i& acc, __m512i x, __m512i w) {
   __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
 }
 
-template <size_t M>
-void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int8_t* w, const int32_t* bias,
-           const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  __m512i acc[M];
-  const __m512i b = _mm512_loadu_si512(bias);
-#pragma GCC unroll 8
-  for (size_t i = 0; i < M; ++i) acc[i] = b;
-  for (size_t s = 0; s < ks; ++s) {
-    const uint8_t* r[M];
-#pragma GCC unroll 8
-    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    // A tail of kc % 4 bytes reads the whole word (ukernels.h: rows are readable that far).
-    for (size_t k = 0; k < kc; k += 4) {
-      const __m512i wv = _mm512_load_si512(w);
-      w += 64;
-#pragma GCC unroll 8
-      for (size_t i = 0; i < M; ++i) dpbusd(acc[i], _mm512_set1_epi32(load_u32(r[i] + k)), wv);
-    }
-  }
-  store_tile<M>(acc, mr, nr, rq, c, ldc, out);
-}
+// One vpdpbusd a row and 4 k: 8 rows give 8 independent accumulation chains.
+struct DotStep {
+  using Weights = __m512i;
+  static constexpr size_t kBytes = 64;
+  static Weights load(const uint8_t* w) { return _mm512_load_si512(w); }
+  void apply(__m512i& acc, int32_t x32, const Weights& w) const { dpbusd(acc, _mm512_set1_epi32(x32), w); }
+};
 
 // Two panels (ukernels.h, the qu8_igemm_x2 slot): 16 accumulators, two weight vectors a step, and
 // each row's broadcast feeding both (8 rows x 32 columns, 16 of the 32 zmm for accumulators).
@@ -138,8 +124,7 @@ struct QuadTaps {
 void qu8_igemm_8x16c4__avx512vnni(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w,
                                   const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc,
                                   const Qu8Output* out) {
-  const int8_t* w8 = static_cast<const int8_t*>(w);
-#define EDGESDK_CALL(M) igemm<M>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out)
+#define EDGESDK_CALL(M) igemm_loop<M, MR, DotStep>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out)
   EDGESDK_QU8_DISPATCH_MR(mr, EDGESDK_CALL)
 #undef EDGESDK_CALL
 }
