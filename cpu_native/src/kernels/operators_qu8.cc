@@ -74,8 +74,8 @@ PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, cons
   out.input_zero_point = x_zp;
   out.out = make_output(y_zp, qmin, qmax);
   out.narrow = tab.qu8_igemm_narrow != nullptr && qu8_pairs_fit_int16(w, n, k, kh * kw);
-  out.layout = out.narrow ? Qu8Layout::C4 : tab.qu8_layout;
   const size_t nr = out.nr, panels = out.panel_count(), ks = out.ks();
+  const Qu8Layout layout = out.layout();
   out.panels = AlignedBuffer<uint8_t>(panels * out.panel_bytes());
   std::memset(out.panels.data(), 0, panels * out.panel_bytes());
   out.bias = AlignedBuffer<int32_t>(panels * nr);
@@ -96,7 +96,7 @@ PackedQu8Weights pack_qu8_gemm_weights(const int8_t* w, size_t n, size_t k, cons
         for (size_t kk = 0; kk < out.c; ++kk) {
           const int8_t v = w[col * k + s * out.c + kk];
           sum += v;
-          const size_t idx = p * out.panel_bytes() / out.elem_size() + packed_index(out.layout, nr, out.kcp, s, kk, j);
+          const size_t idx = p * out.panel_bytes() / out.elem_size() + packed_index(layout, nr, out.kcp, s, kk, j);
           if (out.elem_size() == 2) w16[idx] = v;
           else w8[idx] = v;
         }

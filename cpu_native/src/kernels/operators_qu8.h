@@ -37,11 +37,11 @@ struct PackedQu8Weights {
   // The GEMM these weights run on: the table's qu8_igemm (and qu8_igemm_x2) in its qu8_layout, or
   // its qu8_igemm_narrow in Qu8Layout::C4 when every weight pair fits it (ukernels.h).
   bool narrow = false;
-  Qu8Layout layout = Qu8Layout::KMajor;
 
   size_t ks() const { return kh * kw; }
   size_t panel_count() const { return div_up(n, nr); }
-  size_t elem_size() const { return layout == Qu8Layout::C4Split16 ? 2 : 1; }
+  Qu8Layout layout() const { return narrow ? Qu8Layout::C4 : table->qu8_layout; }
+  size_t elem_size() const { return layout() == Qu8Layout::C4Split16 ? 2 : 1; }
   size_t panel_bytes() const { return ks() * kcp * nr * elem_size(); }
   const void* panel(size_t p) const { return panels.data() + p * panel_bytes(); }
   const int32_t* panel_rq(size_t p) const { return rq.data() + p * kQu8RqRows * nr; }

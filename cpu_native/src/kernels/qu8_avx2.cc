@@ -94,17 +94,6 @@ struct FpRq {
 
 bool fp_rounding_ok() { return (_mm_getcsr() & 0x6000u) == 0; }
 
-// 2^k as fp32 for integer lanes -126 <= k <= 127.
-__m256 pow2(__m256i k) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23)); }
-
-FpRq fp_rq_make(__m256i mult, __m256i right) {
-  const __m256 half = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(right, _mm256_setzero_si256())),
-                                       pow2(_mm256_sub_epi32(_mm256_set1_epi32(10), right)));
-  const __m256 base = _mm256_set1_ps(1024.0f);
-  return FpRq{_mm256_mul_ps(_mm256_cvtepi32_ps(mult), pow2(_mm256_sub_epi32(_mm256_set1_epi32(-20), right))),
-              _mm256_add_ps(base, half), _mm256_sub_ps(base, half)};
-}
-
 // kAnySign = false: every lane takes the non-negative offset, right where the output clamps at or
 // above its zero point (qu8_avx512.inl's requantize_fp says why).
 template <bool kAnySign = true>
@@ -592,16 +581,12 @@ void pack(const Qu8DwPackArgs* a, void* out) {
           });
     __m256i* rq = blk + 4 * (1 + G * KW);
     int32_t flags[8] = {};
-    // The fp32 form where every channel of the block allows it; lanes past the channels take
-    // m = 2^30, e = 1.
+    // The fp32 form where every channel of the block allows it: the table's kQu8RqFpScale row is
+    // > 0 there (qu8_fp_requant, requantization.h; 0 where the form does not apply).
     bool fp = true;
     for (size_t v = 0; v < 4; ++v)
-      for (size_t i = 0; i < 8; ++i) {
-        const size_t c = ch(v, i);
-        if (c == C) continue;
-        fp = fp && a->rq[kQu8RqLeft * C + c] == 0 && a->rq[kQu8RqMultiplier * C + c] > 0 &&
-             a->rq[kQu8RqRight * C + c] <= 20;
-      }
+      for (size_t i = 0; i < 8; ++i)
+        if (ch(v, i) < C) fp = fp && a->rq[kQu8RqFpScale * C + ch(v, i)] > 0;  // float bits of a scale >= 0
     flags[4] = fp;
     for (size_t v = 0; v < 4; ++v) {
       __m256i rows[5];
@@ -620,23 +605,13 @@ void pack(const Qu8DwPackArgs* a, void* out) {
       const __m256i fields[6] = {q.mult, q.mult_odd, q.left, q.right, q.mask, q.thr};
       for (size_t f = 0; f < 6; ++f) _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + f, fields[f]);
       flags[v] = q.any_left;
-      // The fp32 constants; lanes past the channels take m = 2^30, e = 1.
-      for (size_t i = 0; i < 8; ++i) lanes[i] = ch(v, i) < C ? a->rq[kQu8RqMultiplier * C + ch(v, i)] : 1 << 30;
-      const __m256i mult = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-      for (size_t i = 0; i < 8; ++i) lanes[i] = ch(v, i) < C ? a->rq[kQu8RqRight * C + ch(v, i)] : 1;
-      const __m256i right = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-      if (fp) {
-        // Packing runs once per weight set: the constants come from the same formulas as the
-        // GEMM's, in round-to-nearest whatever MXCSR says (the kernel checks MXCSR when it runs).
-        const unsigned csr = _mm_getcsr();
-        _mm_setcsr(csr & ~0x6000u);
-        const FpRq f = fp_rq_make(mult, right);
-        _mm_setcsr(csr);
-        _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + 6, _mm256_castps_si256(f.scale));
-        _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + 7, _mm256_castps_si256(f.offset_pos));
-        _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + 8, _mm256_castps_si256(f.offset_neg));
-      } else {
-        for (size_t f = 6; f < 9; ++f) _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + f, _mm256_setzero_si256());
+      // The fp32 form's constants, the table's rows as the GEMM reads them; lanes past the channels
+      // take scale 0 and offset 1024 (w = 1024: never a retry, and never stored).
+      const size_t fp_rows[3] = {kQu8RqFpScale, kQu8RqFpOffsetPos, kQu8RqFpOffsetNeg};
+      const int32_t fp_pad[3] = {0, qu8_float_bits(1024.0f), qu8_float_bits(1024.0f)};
+      for (size_t f = 0; f < 3; ++f) {
+        for (size_t i = 0; i < 8; ++i) lanes[i] = !fp ? 0 : ch(v, i) < C ? a->rq[fp_rows[f] * C + ch(v, i)] : fp_pad[f];
+        _mm256_store_si256(rq + kQu8DwAvx2RqLines * v + 6 + f, _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes)));
       }
     }
     fill(rq + 4 * kQu8DwAvx2RqLines, [&](size_t i) { return flags[i]; });
