@@ -8,7 +8,7 @@ import onnx.numpy_helper
 import pytest
 
 import edgesdk
-from edgesdk.passes import eliminate_dead_nodes, fold_batchnorm, fuse_activations
+from edgesdk.passes import eliminate_dead_nodes, fold_affine, fold_batchnorm, fuse_activations
 from conftest import assert_close, ort_run
 
 R = np.random.default_rng(3)
@@ -72,6 +72,85 @@ def test_bn_not_folded_when_conv_output_is_also_used_elsewhere():
                     oh.make_node("Add", ["n", "c"], ["y"])], [_t("w", 3, 3, 1, 1), _t("cb", 3)] + _bn_inits("bn", 3))
     sess = _compare(model)
     assert "BatchNormalization" in _ops(sess)
+
+
+def _const(name, value):
+    return onnx.numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+# (what follows the layer, constants): each folds into the layer's weights and bias
+AFFINE_FOLDS = {
+    "scalar_mul_first_then_channel_add": (
+        [oh.make_node("Mul", ["s", "c"], ["m"]), oh.make_node("Add", ["m", "t"], ["a"]),
+         oh.make_node("Relu", ["a"], ["y"])], [_const("s", [0.7]), _const("t", R.standard_normal((1, 4, 1, 1)))]),
+    "channel_div_then_scalar_sub": (
+        [oh.make_node("Div", ["c", "s"], ["m"]), oh.make_node("Sub", ["m", "t"], ["y"])],
+        [_const("s", R.uniform(0.5, 2, (4, 1, 1))), _const("t", 0.25)]),
+    "add_first": ([oh.make_node("Add", ["t", "c"], ["y"])], [_const("t", R.standard_normal((4, 1, 1)))]),
+}
+
+
+def _fold_affine(model, x_shape=(1, 3, 8, 8)):
+    """(rewrites, ops) of the optimized model after fold_affine, which must keep ONNX Runtime's
+    results (post-training quantization runs the pass; optimize does not)."""
+    graph = edgesdk.Session(model).graph.copy()
+    folded = fold_affine(graph)
+    sess = edgesdk.Session(graph, optimize=False)
+    x = R.standard_normal(x_shape).astype(np.float32)
+    got = sess.run({"x": x})
+    for name, exp in zip(sess.output_names, ort_run(model, {"x": x})):
+        assert_close(got[name], exp, what=name)
+    return folded, _ops(sess), sess
+
+
+@pytest.mark.parametrize("layer", ["Conv", "ConvTranspose"])
+@pytest.mark.parametrize("case", list(AFFINE_FOLDS))
+def test_constant_scale_and_shift_fold_into_the_layer(case: str, layer: str):
+    follow, consts = AFFINE_FOLDS[case]
+    w = _t("w", 4, 3, 3, 3) if layer == "Conv" else _t("w", 3, 4, 3, 3)
+    model = _model([oh.make_node(layer, ["x", "w"], ["c"], pads=[1, 1, 1, 1])] + follow, [w] + consts)
+    folded, ops, sess = _fold_affine(model)
+    assert ops == [layer]
+    assert folded == len([n for n in follow if n.op_type != "Relu"])
+    if any(n.op_type == "Relu" for n in follow):  # fused into the Add, it moves onto the layer
+        assert str(sess.graph.nodes[0].attrs["fused_activation"]) == "Relu"
+
+
+def test_gemm_takes_a_per_output_scale_and_shift():
+    model = _model([oh.make_node("Flatten", ["x"], ["f"]), oh.make_node("Gemm", ["f", "g", "gc"], ["h"], beta=0.5),
+                    oh.make_node("Mul", ["h", "s"], ["m"]), oh.make_node("Sub", ["m", "t"], ["y"])],
+                   [_t("g", 192, 5), _t("gc", 5), _const("s", R.standard_normal(5)), _const("t", R.standard_normal((1, 5)))])
+    folded, ops, _ = _fold_affine(model)
+    assert folded == 2 and ops[-1] == "Gemm"
+
+
+NOT_AFFINE_FOLDS = {
+    "constant_minus_x": [oh.make_node("Sub", ["t", "c"], ["y"])],   # -x: not a scale of the layer's output
+    "constant_over_x": [oh.make_node("Div", ["t", "c"], ["y"])],    # 1/x
+    "varies_along_height": [oh.make_node("Mul", ["c", "h"], ["y"])],
+    "divides_by_zero": [oh.make_node("Div", ["c", "z"], ["y"])],    # x / 0 is inf or nan, not a weight
+    "not_finite": [oh.make_node("Mul", ["c", "inf"], ["y"])],       # x * inf is +-inf; folded, all nan
+    "layer_output_shared": [oh.make_node("Mul", ["c", "t"], ["m"]), oh.make_node("Add", ["m", "c"], ["y"])],
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_AFFINE_FOLDS))
+def test_no_fold_where_it_would_change_results(case: str):
+    consts = [_t("w", 4, 3, 3, 3), _const("t", R.standard_normal((1, 4, 1, 1))),
+              _const("h", R.standard_normal((1, 1, 8, 1))), _const("inf", np.inf),
+              _const("z", np.array([1, 0, 2, 3], np.float32).reshape(4, 1, 1))]
+    follow = NOT_AFFINE_FOLDS[case]
+    model = _model([oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])] + follow, consts)
+    graph = edgesdk.Session(model).graph.copy()
+    assert fold_affine(graph) == 0
+    assert len(graph.nodes) == 1 + len(follow)
+
+
+def test_batchnorm_folds_into_conv_transpose():
+    model = _model([oh.make_node("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2]), _bn("bn", "c", "y")],
+                   [_t("w", 3, 4, 2, 2)] + _bn_inits("bn", 4))
+    sess = _compare(model)
+    assert _ops(sess) == ["ConvTranspose"]
 
 
 def test_activation_not_fused_into_a_graph_output_or_shared_tensor():

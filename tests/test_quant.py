@@ -170,6 +170,13 @@ def _single_op(kind: str):
         nodes[0].output[0] = "c"
         op = "Add" if kind == "add" else "Mul"
         return nodes + [oh.make_node(op, ["c", "x"], ["y"])], x, consts
+    if kind in ("add_channel_constant", "mul_constant_first"):  # a constant operand of an NHWC activation
+        nodes, consts = _conv(8, 8, k=1, pad=0, act="Relu")
+        nodes[-1].output[0] = "r"
+        if kind == "add_channel_constant":  # broadcast per channel, second
+            return nodes + [oh.make_node("Add", ["r", "k"], ["y"])], x, \
+                {**consts, "k": rng.standard_normal((1, 8, 1, 1)).astype(np.float32)}
+        return nodes + [oh.make_node("Mul", ["k", "r"], ["y"])], x, {**consts, "k": np.float32(0.75)}  # first
     if kind == "global_average_pool":
         return [oh.make_node("GlobalAveragePool", ["x"], ["y"])], x, {}
     if kind == "average_pool":
@@ -190,7 +197,7 @@ def _single_op(kind: str):
 
 SINGLE_KINDS = ["conv", "conv_relu", "conv_relu6", "conv_stride2_pad0", "conv_dilated", "conv_grouped",
                 "conv_depthwise", "conv_1x1", "conv_hardswish", "gemm", "matmul", "add", "mul",
-                "global_average_pool", "average_pool", "max_pool", "concat", "sigmoid"]
+                "add_channel_constant", "mul_constant_first", "global_average_pool", "average_pool", "max_pool", "concat", "sigmoid"]
 INTEGER_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
                "QLinearAveragePool", "QLinearConcat", "QLinearLookup", "MaxPool"}
 
@@ -214,6 +221,8 @@ def test_one_quantized_op_matches_onnxruntime_within_one_step(kind: str, activat
     ops = {n.op for n in sess.graph.nodes}
     assert ops - {"QuantizeLinear", "DequantizeLinear"} <= INTEGER_OPS, ops  # nothing left in float
     assert ops & INTEGER_OPS
+    if backend == "cpu" and kind.startswith(("add", "mul")):  # the native kernels, not the reference's
+        assert not sess._impl.fallback_reasons, sess._impl.fallback_reasons
 
 
 @pytest.mark.parametrize("activation", ["int8", "uint8"])
@@ -383,6 +392,42 @@ def test_ptq_leaves_ops_without_an_integer_form_in_float() -> None:
     want = sess.run({"x": x})["y"]
     got = edgesdk.Session(qgraph, backend="reference").run({"x": x})["y"]
     assert np.max(np.abs(got - want)) < 0.05 * np.max(np.abs(want))
+
+
+def test_ptq_folds_affine_blocks_and_spends_no_codes_where_hardswish_is_flat() -> None:
+    """PP-LCNetV3's learnable scale and bias after a conv fold into it before quantizing (one
+    quantized tensor, not three), and a HardSwish input's range starts at -3, below which the
+    output is 0 whatever the value (Activation.varying_range)."""
+    from edgesdk.graph import Graph
+    from edgesdk.quant.ptq import quantize_graph
+    rng = np.random.default_rng(0)
+    g = Graph("affine")
+    g.add_input("x", (1, 4, 6, 6))
+    g.add_constant("w", rng.standard_normal((8, 4, 3, 3)).astype(np.float32))
+    g.add_constant("s", np.array([1.7], np.float32))
+    g.add_constant("t", np.array([-2.5], np.float32))
+    g.add_node("Conv", ["x", "w"], ["c"], kernel_shape=(3, 3), strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 1),
+               group=1)
+    g.add_node("Mul", ["s", "c"], ["m"])
+    g.add_node("Add", ["m", "t"], ["a"])
+    g.add_node("HardSwish", ["a"], ["y"], activation=edgesdk.runtime.activations.Activation("HardSwish"))
+    g.outputs.append("y")
+    calib = rng.standard_normal((32, 4, 6, 6)).astype(np.float32)
+    pre_activation = edgesdk.Session(g, backend="reference", outputs=["a"])
+    assert min(float(pre_activation.run({"x": v[None]})["a"].min()) for v in calib) < -9  # much below -3
+    sess = edgesdk.Session(g, backend="reference")
+    assert [n.op for n in sess.graph.nodes] == ["Conv", "Mul", "Add"]  # optimize leaves the affine
+    qgraph, report = quantize_graph(sess.graph, calib)
+    ops = [n.op for n in qgraph.nodes]
+    assert ops == ["QuantizeLinear", "QLinearConv", "QLinearLookup", "DequantizeLinear"], ops
+    lookup = next(n for n in qgraph.nodes if n.op == "QLinearLookup")
+    scale, zp = float(qgraph.const(lookup.inputs[2])), int(qgraph.const(lookup.inputs[3]))
+    lowest = -zp * scale  # the real value of code 0
+    assert -3.0 - scale <= lowest <= -3.0 + scale, lowest
+    x = rng.standard_normal((4, 4, 6, 6)).astype(np.float32)
+    want = np.concatenate([sess.run({"x": v[None]})["y"] for v in x])
+    got = np.concatenate([edgesdk.Session(qgraph, backend="cpu").run({"x": v[None]})["y"] for v in x])
+    assert np.max(np.abs(got - want)) < 0.03 * np.max(np.abs(want))
 
 
 def test_calibration_input_errors_name_the_fix() -> None:

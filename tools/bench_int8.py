@@ -94,24 +94,90 @@ def ppocr_file(name: str) -> tuple[str, tuple[int, ...]]:
     return str(out_dir / f"{name}.onnx"), PPOCR_SHAPES[name]
 
 
+# PP-OCR's own preprocessing of an RGB image in [0, 1]: det normalizes with ImageNet's mean and
+# std, rec and cls map to [-1, 1] (rapidocr_onnxruntime's config.yaml).
+PPOCR_KIND = {"ppocr_v4_det": "det", "ppocr_v4_rec": "rec", "ppocr_mobile_v2_cls": "cls"}
+TEXT_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.,:-/ "
+
+
 def load(name: str):
+    """(optimized graph, inputs kind): None for the zoo and the real-model catalog (standard
+    normal inputs: random weights), "det" / "rec" / "cls" for PP-OCR (printed text)."""
     if name.startswith("ppocr_"):
         path, shape = ppocr_file(name)
         graph = load_model(path, {"x": shape}, None)
-        low, high = -1.0, 1.0
+        kind = PPOCR_KIND[name]
     else:
-        graph = load_model(model_file(name), None, None)
-        low = high = None
+        graph = load_model(real_model_file(name) if name in real_model_names() else model_file(name), None, None)
+        kind = None
     optimize(graph)
-    return graph, (low, high)
+    return graph, kind
 
 
-def samples(graph, n: int, seed: int, bounds) -> np.ndarray:
+def samples(graph, n: int, seed: int, kind: str | None) -> np.ndarray:
     shape = graph.tensors[graph.inputs[0]].shape
+    if kind is not None:
+        return text_images(kind, shape, n, seed)
+    return np.random.default_rng(seed).standard_normal((n,) + tuple(shape[1:])).astype(np.float32)
+
+
+def text_images(kind: str, shape, n: int, seed: int) -> np.ndarray:
+    """``n`` images of printed text shaped like ``shape`` (N, 3, H, W), preprocessed as PP-OCR
+    does: for "det" a page of 1-5 lines of 4-13 characters at 10-19 px, for "rec" and "cls" one
+    line of 6-15 characters at 26-39 px (for "cls" half of them upside down), dark ink on a light
+    background of random shades. Trained weights see what they were trained on: on uniform noise
+    det's output is a sigmoid saturated at 0 and no SQNR of it means anything. Pillow's own font
+    (FreeType, shipped in its wheel) draws the text: no font or image is downloaded."""
+    from PIL import Image, ImageDraw, ImageFont
+    _, _, h, w = shape
     rng = np.random.default_rng(seed)
-    if bounds[0] is not None:
-        return rng.uniform(bounds[0], bounds[1], (n,) + tuple(shape[1:])).astype(np.float32)
-    return rng.standard_normal((n,) + tuple(shape[1:])).astype(np.float32)
+    out = np.empty((n, 3, h, w), np.float32)
+    letters = list(TEXT_ALPHABET)
+
+    def word(lo: int, hi: int) -> str:
+        return "".join(rng.choice(letters, int(rng.integers(lo, hi))))
+    for k in range(n):
+        paper, ink = int(rng.integers(170, 256)), int(rng.integers(0, 90))
+        image = Image.new("RGB", (w, h), (paper, paper - int(rng.integers(0, 20)), paper))
+        draw = ImageDraw.Draw(image)
+        if kind == "det":
+            y = int(rng.integers(0, h // 4))
+            while y < h - 10:
+                size = int(rng.integers(10, 20))
+                draw.text((int(rng.integers(0, w // 3)), y), word(4, 14), fill=(ink,) * 3,
+                          font=ImageFont.load_default(size=size))
+                y += size + int(rng.integers(4, 16))
+        else:
+            size = int(rng.integers(26, 40))
+            draw.text((int(rng.integers(0, 12)), (h - size) // 2 - 2), word(6, 16), fill=(ink,) * 3,
+                      font=ImageFont.load_default(size=size))
+            if kind == "cls" and rng.random() < 0.5:
+                image = image.rotate(180)
+        x = np.asarray(image, np.float32) / np.float32(255)
+        if kind == "det":
+            x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
+        else:
+            x = (x - np.float32(0.5)) / np.float32(0.5)
+        out[k] = x.transpose(2, 0, 1)
+    return out
+
+
+def real_model_names() -> list[str]:
+    """The real-model catalog (tools/real_models/catalog.py) without PP-OCR, which comes from
+    its wheel here: torchvision, timm and ultralytics architectures with random weights."""
+    import real_models  # tools/real_models.py, which imports tools/real_models/catalog.py as C
+    return [s.name for s in real_models.C.CATALOG if s.source != "rapidocr"]
+
+
+def real_model_file(name: str) -> str:
+    """The legacy-exporter opset-17 ONNX file of a catalog model, from the export cache
+    (``python tools/real_models.py export`` fills it; it needs the export venv)."""
+    from real_models import C
+    spec = C.BY_NAME[name]
+    path = C.export_dir(spec, C.load_versions()) / f"{C.export_stem(spec, 'legacy', 17)}.onnx"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is not exported: python tools/real_models.py export --models {name}")
+    return str(path)
 
 
 def sqnr_db(reference: np.ndarray, approx: np.ndarray) -> float:
@@ -122,25 +188,94 @@ def sqnr_db(reference: np.ndarray, approx: np.ndarray) -> float:
 
 def accuracy(args) -> list[dict]:
     rows = []
-    for name in args.models:
-        graph, bounds = load(name)
-        calib, held = samples(graph, CALIBRATION, 0, bounds), samples(graph, HELD_OUT, 1, bounds)
+    for name in _accuracy_models(args.models):
+        graph, kind = load(name)
+        calib, held = samples(graph, CALIBRATION, 0, kind), samples(graph, HELD_OUT, 1, kind)
         ref = Session(graph, backend="cpu", optimize=False)
         input_name = graph.inputs[0]
-        want = [np.concatenate([ref.run({input_name: x[None]})[o].reshape(-1) for o in ref.output_names])
-                for x in held]
+        want = _run_all(ref, input_name, held)
         row = {"model": name}
         for method in args.methods:
             started = time.perf_counter()
             qgraph, report = quantize_graph(graph, calib, method=method, weight_bits=args.weight_bits)
-            q = Session(qgraph, backend=args.backend, optimize=False)
-            got = [np.concatenate([q.run({input_name: x[None]})[o].reshape(-1) for o in q.output_names]) for x in held]
+            got = _run_all(Session(qgraph, backend=args.backend, optimize=False), input_name, held)
             row[method] = round(sqnr_db(np.concatenate(want), np.concatenate(got)), 1)
+            if kind is not None:
+                row[f"{method}_task"] = task_agreement(kind, want, got)
             row[f"{method}_float_ops"] = len(report.float_ops)
             row[f"{method}_seconds"] = round(time.perf_counter() - started, 1)
+        if args.ort:
+            with tempfile.TemporaryDirectory() as tmp:
+                source = _fixed_shape_file(name, graph, Path(tmp))
+                import onnxruntime as ort
+                ort.set_default_logger_severity(3)  # the quantizer's sessions list every unused initializer
+                q = ort.InferenceSession(ort_quantized(source, calib, input_name, Path(tmp), args.weight_bits),
+                                         providers=["CPUExecutionProvider"])
+                got = [np.concatenate([o.reshape(-1) for o in q.run(None, {input_name: x[None]})]) for x in held]
+            row["ort_minmax"] = round(sqnr_db(np.concatenate(want), np.concatenate(got)), 1)
+            if kind is not None:
+                row["ort_minmax_task"] = task_agreement(kind, want, got)
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def _accuracy_models(names: list[str]) -> list[str]:
+    """``names`` with "real" expanded to the exported real-model catalog ('#' lines name what is
+    not exported)."""
+    out = []
+    for name in names:
+        if name != "real":
+            out.append(name)
+            continue
+        for real in real_model_names():
+            try:
+                real_model_file(real)
+                out.append(real)
+            except FileNotFoundError as e:
+                print(f"# {real} skipped: {e}", flush=True)
+    return out
+
+
+def _run_all(sess: Session, input_name: str, xs: np.ndarray) -> list[np.ndarray]:
+    """Every output of each input, flattened and joined (one vector per input)."""
+    return [np.concatenate([sess.run({input_name: x[None]})[o].reshape(-1) for o in sess.output_names]) for x in xs]
+
+
+def task_agreement(kind: str, want: list[np.ndarray], got: list[np.ndarray]) -> float:
+    """What an OCR user sees, int8 against fp32 over the held-out inputs: det, the intersection
+    over union of the text masks (probability > 0.3, DBNet's threshold, summed over all inputs);
+    rec, the share of lines whose greedy CTC decoding (argmax per step, repeats merged, blank 0
+    dropped) is the same string; cls, the share with the same label."""
+    if kind == "det":
+        a, b = np.concatenate(want) > 0.3, np.concatenate(got) > 0.3
+        union = np.count_nonzero(a | b)
+        return round(np.count_nonzero(a & b) / union, 3) if union else 1.0
+    if kind == "rec":
+        def text(v: np.ndarray) -> list[int]:
+            ids = v.reshape(-1, REC_CLASSES).argmax(1)
+            return [int(c) for i, c in enumerate(ids) if c != 0 and (i == 0 or c != ids[i - 1])]
+        return round(float(np.mean([text(w) == text(g) for w, g in zip(want, got)])), 3)
+    return round(float(np.mean([w.argmax() == g.argmax() for w, g in zip(want, got)])), 3)
+
+
+REC_CLASSES = 6625  # PP-OCRv4 rec's output: (1, steps, 6625) probabilities (blank, 6623 characters, space)
+
+
+def _fixed_shape_file(name: str, graph, tmp: Path) -> str:
+    """The model's ONNX file with the input shape the bench uses written in (PP-OCR's files have
+    dynamic height and width, which ONNX Runtime's quantizer keeps)."""
+    import onnx
+    path = ppocr_file(name)[0] if name.startswith("ppocr_") else \
+        real_model_file(name) if name in real_model_names() else model_file(name)
+    model = onnx.load(path)
+    shape = graph.tensors[graph.inputs[0]].shape
+    for dim, value in zip(model.graph.input[0].type.tensor_type.shape.dim, shape):
+        dim.ClearField("dim_param")
+        dim.dim_value = value
+    out = tmp / f"{name}.onnx"
+    onnx.save(model, out)
+    return str(out)
 
 
 def ort_quantized(path: str, calib: np.ndarray, input_name: str, out_dir: Path, weight_bits: int = 8) -> str:
@@ -255,13 +390,12 @@ def _speed_model(args, name: str, tmp: Path, litert: LiteRT | None) -> list[dict
     path = model_file(name, (1, 3, 224, 224))
     graph = load_model(path, None, None)
     optimize(graph)
-    bounds = (None, None)
-    calib = samples(graph, CALIBRATION, 0, bounds)
-    held = samples(graph, HELD_OUT, 1, bounds)
+    calib = samples(graph, CALIBRATION, 0, None)
+    held = samples(graph, HELD_OUT, 1, None)
     qgraph, _ = quantize_graph(graph, calib, method="minmax", weight_bits=args.weight_bits)
     ort_q = ort_quantized(path, calib, graph.inputs[0], tmp, args.weight_bits)
     input_name = graph.inputs[0]
-    one = samples(graph, 1, 2, bounds)
+    one = samples(graph, 1, 2, None)
     x = {input_name: one}
     np.save(tmp / "x.npy", one)
     np.save(tmp / "held.npy", held)
@@ -338,9 +472,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
     a = sub.add_parser("accuracy")
-    a.add_argument("--models", nargs="+", default=ACCURACY_MODELS)
+    a.add_argument("--models", nargs="+", default=ACCURACY_MODELS,
+                   help="zoo and PP-OCR names, real-model catalog names, or 'real' (the exported catalog)")
     a.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
-    a.add_argument("--backend", default="reference")
+    a.add_argument("--backend", default="cpu", help="backend of the int8 model (its integer ops are bit-exact "
+                   "with the reference backend's)")
+    a.add_argument("--ort", action="store_true", help="also ONNX Runtime's int8 (quantize_static, min-max, the "
+                   "same calibration inputs) against edgesdk fp32")
     a.add_argument("--weight-bits", type=int, choices=[8, 7], default=8, help="int8 weights' range (7: [-64, 64])")
     s = sub.add_parser("speed")
     s.add_argument("--models", nargs="+", default=SPEED_MODELS)

@@ -104,7 +104,9 @@ def plan_quantization(graph: Graph, *, skip: set[str] | None = None,
                       layers: set[str] | None = None) -> QuantizationPlan:
     """The :class:`QuantizationPlan` of the optimized float ``graph`` (``skip`` and ``layers`` as
     for :func:`quantize_graph`); ``graph`` itself is not modified."""
+    from ..passes import fold_affine  # passes imports this package
     g = graph.copy()
+    fold_affine(g)  # a scale and shift after a layer: one quantized tensor instead of three
     _split_fused_activations(g)
     capable = {n.name for n in g.nodes if _integer_capable(g, n) and n.name not in (skip or set())}
     if layers is not None:
@@ -241,13 +243,30 @@ def _calibrate(g: Graph, tensors: list[str], feeds, method: str, backend: str, p
                 observers[t].update(outs[t])
             if progress:
                 progress(i + 1, len(feeds), "calibrating")
-    params = {t: affine_params(*choose_range(observers[t], method)) for t in runtime}
+    consumers = g.consumers()
+    params = {t: affine_params(*_useful_range(g, t, consumers, *choose_range(observers[t], method)))
+              for t in runtime}
     for t in tensors:
         if t not in params:  # a constant operand of Add/Mul/Concat: its own exact range
             value = g.const(t)
             params[t] = affine_params(float(value.min()), float(value.max()))
     _share_passthrough_params(g, params)
     return params
+
+
+def _useful_range(g: Graph, tensor: str, consumers: dict, low: float, high: float) -> tuple[float, float]:
+    """[low, high] cut to where the activations that alone read ``tensor`` still vary
+    (:meth:`Activation.varying_range`): a HardSwish input below -3 or a HardSigmoid input
+    beyond its ramp gives the same output saturated or not, so those codes go where they count
+    (MobileNetV3's first hard-swish: a quarter of its range was below -3)."""
+    users = consumers.get(tensor, [])
+    if tensor in g.outputs or not users or any(u.op not in ACTIVATION_PARAMS for u in users):
+        return low, high
+    ranges = [u.attrs["activation"].varying_range() for u in users]
+    lo, hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+    if max(low, lo) >= min(high, hi):  # every value saturates alike: keep the observed range
+        return low, high
+    return max(low, lo), min(high, hi)
 
 
 def _share_passthrough_params(g: Graph, params: dict) -> None:

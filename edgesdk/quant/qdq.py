@@ -363,7 +363,32 @@ def int8_activations_to_uint8(graph: Graph) -> int:
             for t in group:
                 graph.tensors[t].dtype = np.dtype(np.uint8)
             changed += len(group)
+    changed += _constant_operands_to_uint8(graph)
     graph.remove_unused_tensors()
+    return changed
+
+
+def _constant_operands_to_uint8(graph: Graph) -> int:
+    """The int8 constant operands (codes and zero point) of Add, Mul and Concat whose run-time
+    operands are uint8 now, moved the same way, so the op takes one type (a bias or scale
+    ONNX Runtime quantized with the activations' int8)."""
+    changed = 0
+    for node in graph.nodes:
+        if node.op not in ("QLinearAdd", "QLinearMul", "QLinearConcat"):
+            continue
+        spots = quantized_inputs(node)
+        runtime = [i for i in spots if not graph.tensors[node.inputs[i]].is_constant]
+        if not runtime or any(graph.tensors[node.inputs[i]].dtype != np.uint8 for i in runtime):
+            continue
+        for i, (_, zp_index) in spots.items():
+            codes, zp = graph.const(node.inputs[i]), graph.const(node.input(zp_index)) if node.input(zp_index) else None
+            if i in runtime or codes is None or codes.dtype != np.int8 or zp is None or zp.dtype != np.int8:
+                continue
+            for index, value in ((i, codes), (zp_index, zp)):
+                name = graph.unique_name(f"{node.inputs[index]}.u8")
+                graph.add_constant(name, (value.astype(np.int16) + 128).astype(np.uint8))
+                node.inputs[index] = name
+            changed += 1
     return changed
 
 

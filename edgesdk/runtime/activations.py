@@ -64,6 +64,22 @@ class Activation:
         """"none" (erf) or "tanh", for a Gelu."""
         return GELU_APPROXIMATIONS[int(self.param("approximate"))]
 
+    def varying_range(self) -> tuple[float, float]:
+        """The input interval outside of which the output is constant (Relu below 0, HardSwish
+        below -3, HardSigmoid outside its ramp, Clip outside its bounds); (-inf, inf) for the
+        others. Quantization clips an input it alone reads to it: the values beyond cost no codes."""
+        if self.kind == "Relu":
+            return 0.0, math.inf
+        if self.kind == "Clip":
+            return self.params[0], self.params[1]
+        if self.kind == "HardSwish":
+            return -3.0, math.inf
+        if self.kind == "HardSigmoid" and self.params[0] != 0:
+            alpha, beta = self.params
+            ends = sorted((-beta / alpha, (1 - beta) / alpha))
+            return ends[0], ends[1]
+        return -math.inf, math.inf
+
     @property
     def fusable(self) -> bool:
         """Every backend can apply it in a producer's epilogue (their kernels have no Swish

@@ -192,15 +192,24 @@ def _broadcast(out_shape, b_shape, layout: str) -> str | None:
 @lowering("QLinearAdd", "QLinearMul")
 def qlinear_binary(node: Node, b: Builder) -> None:
     g, k = b.graph, native_kernels()
-    i = node.inputs
+    i = list(node.inputs)
+    if not b.is_activation(i[0]) and b.is_activation(i[3]):  # both ops commute: the run-time operand first
+        i = i[3:6] + i[0:3] + i[6:]
     out_shape = b.shape(node.outputs[0])
-    if not _uint8(b, i[0], i[3], node.outputs[0]) or tuple(b.shape(i[0])) != tuple(out_shape):
+    if not _uint8(b, i[0], i[3], node.outputs[0]) or tuple(b.shape(i[0])) != tuple(out_shape) \
+            or not b.is_activation(i[0]):
         return fallback(node, b, "int8 activations or a broadcast first operand")
     x = b.read_stored(i[0])
     broadcast = _broadcast(out_shape, b.shape(i[3]), x.layout)
     if broadcast is None:
         return fallback(node, b, f"broadcast of {b.shape(i[3])} against {out_shape}")
-    other = b.read(i[3], x.layout) if broadcast == "none" else b.read(i[3], NCHW)
+    if not b.is_activation(i[3]):  # a constant operand (a quantized bias or scale): its codes, as stored
+        codes = np.asarray(g.const(i[3]))
+        if broadcast == "none" and x.layout == NHWC and codes.ndim == 4:
+            codes = codes.transpose(0, 2, 3, 1)
+        other = np.ascontiguousarray(codes.reshape(-1))
+    else:
+        other = b.read(i[3], x.layout) if broadcast == "none" else b.read(i[3], NCHW)
     y = b.write(node.outputs[0], x.layout)
     sa, sb, sy = (scalar(g.const(i[j])) for j in (1, 4, 6))
     zps = [zero_point(g.const(i[j])) for j in (2, 5, 7)]
@@ -209,19 +218,23 @@ def qlinear_binary(node: Node, b: Builder) -> None:
     # Rows of the stored last axis (C in NHWC, which is what a per-channel operand runs along).
     width = x.storage_shape[-1] if x.storage_shape else 1
     rows = math.prod(out_shape) // width
+
+    def second(v: Views) -> np.ndarray:
+        return _operand(other if isinstance(other, np.ndarray) else v[other], broadcast, width)
     if node.op == "QLinearAdd":
         mults = fx.add_multipliers(sa, sb, sy)
         b.emit(node, "native", lambda v: partial(
-            k.qu8_add, v[x].reshape(rows, width), zps[0], _operand(v[other], broadcast, width), zps[1],
+            k.qu8_add, v[x].reshape(rows, width), zps[0], second(v), zps[1],
             v[y].reshape(rows, width), zps[2], *mults, qmin, qmax, broadcast, threads), f"int8 add, {broadcast}")
         return
     mult, shift = mul_multiplier(sa, sb, sy)
     b.emit(node, "native", lambda v: partial(
-        k.qu8_mul, v[x].reshape(rows, width), zps[0], _operand(v[other], broadcast, width), zps[1],
+        k.qu8_mul, v[x].reshape(rows, width), zps[0], second(v), zps[1],
         v[y].reshape(rows, width), zps[2], mult, shift, qmin, qmax, broadcast, threads), f"int8 mul, {broadcast}")
 
 
 def _operand(arr: np.ndarray, broadcast: str, width: int) -> np.ndarray:
+    """The second operand as the kernels take it: rows of ``width`` in full, else flat."""
     if broadcast == "none":
         return arr.reshape(-1, width)
     return arr.reshape(-1)
