@@ -430,6 +430,29 @@ def test_ptq_folds_affine_blocks_and_spends_no_codes_where_hardswish_is_flat() -
     assert np.max(np.abs(got - want)) < 0.03 * np.max(np.abs(want))
 
 
+def test_ptq_keeps_a_transformers_residual_stream_in_float() -> None:
+    """An Add that a LayerNormalization reads (the residual stream) stays float; the MatMuls
+    around it run in int8 (ptq._residual_stream)."""
+    from edgesdk.graph import Graph
+    from edgesdk.quant.ptq import quantize_graph
+    rng = np.random.default_rng(0)
+    g = Graph("block")
+    g.add_input("x", (1, 6, 16))
+    g.add_constant("w1", rng.standard_normal((16, 16)).astype(np.float32) * 0.3)
+    g.add_constant("w2", rng.standard_normal((16, 16)).astype(np.float32) * 0.3)
+    g.add_constant("gamma", np.ones(16, np.float32))
+    g.add_node("MatMul", ["x", "w1"], ["h"])
+    g.add_node("Add", ["x", "h"], ["r"], name="residual")
+    g.add_node("LayerNormalization", ["r", "gamma", ""], ["n"], axis=2, epsilon=1e-5)
+    g.add_node("MatMul", ["n", "w2"], ["y"])
+    g.outputs.append("y")
+    sess = edgesdk.Session(g, backend="reference")
+    qgraph, report = quantize_graph(sess.graph, rng.standard_normal((16, 6, 16)).astype(np.float32))
+    ops = [n.op for n in qgraph.nodes]
+    assert ops.count("QLinearMatMul") == 2 and "QLinearAdd" not in ops, ops
+    assert any(op.startswith("residual ") for op in report.float_ops), report.float_ops
+
+
 def test_calibration_input_errors_name_the_fix() -> None:
     from edgesdk.errors import InputError
     from edgesdk.loader import load_model

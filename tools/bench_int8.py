@@ -3,14 +3,19 @@
 
     python tools/bench_int8.py accuracy                 # SQNR of every zoo model + PP-OCR, per method
     python tools/bench_int8.py accuracy --models resnet18 --methods minmax mse
+    python tools/bench_int8.py accuracy --models real   # the exported real-model catalog (tools/real_models.py)
+    python tools/bench_int8.py accuracy --models ppocr_v4_rec --ort   # and ONNX Runtime's int8 beside it
     python tools/bench_int8.py speed --threads 1 2      # MobileNetV2 and ResNet-18 at 224x224
     python tools/bench_int8.py speed --threads 1 --peers litert   # LiteRT required (make peers-litert)
     EDGESDK_CPU_ISA=avx2 python tools/bench_int8.py speed --weight-bits 7 --peers none   # 7-bit weights
 
 accuracy: each model is quantized by edgesdk's post-training quantization from 64 calibration
-inputs and run on 16 held-out inputs; SQNR = 10 log10(sum fp32^2 / sum (int8 - fp32)^2) over all
-outputs, in dB (the target is at least 30 dB). Inputs are standard normal (the zoo has random
-weights; PP-OCR takes images in [-1, 1], given as uniform noise in that range).
+inputs and run on 16 held-out inputs (the int8 model on --backend, cpu by default); SQNR =
+10 log10(sum fp32^2 / sum (int8 - fp32)^2) over all outputs, in dB (the target is at least 30 dB).
+Inputs are standard normal for the zoo and the real-model catalog (random weights) and printed
+text for PP-OCR (trained weights; ``text_images``), where each row also gives what an OCR user
+sees (``task_agreement``: det mask IoU, rec lines decoded alike, cls labels alike). ``--ort`` adds
+ONNX Runtime's int8 of the same file on the same inputs (quantize_static, QDQ, per-channel, min-max).
 
 speed: batch 1, rounds interleaved: edgesdk cpu fp32, edgesdk cpu int8 (the model quantized by
 edgesdk), ONNX Runtime fp32 and ONNX Runtime int8 (the same model quantized by

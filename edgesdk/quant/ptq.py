@@ -109,6 +109,7 @@ def plan_quantization(graph: Graph, *, skip: set[str] | None = None,
     fold_affine(g)  # a scale and shift after a layer: one quantized tensor instead of three
     _split_fused_activations(g)
     capable = {n.name for n in g.nodes if _integer_capable(g, n) and n.name not in (skip or set())}
+    capable -= _residual_stream(g)
     if layers is not None:
         capable = follow_layers(g, capable, layers)
     return QuantizationPlan(g, capable, _tensors_to_quantize(g, capable))
@@ -178,6 +179,18 @@ def _integer_capable(g: Graph, node: Node) -> bool:
     if node.op in ACTIVATION_PARAMS:
         return node.attrs["activation"].fusable
     return False
+
+
+def _residual_stream(g: Graph) -> set[str]:
+    """The Adds a LayerNormalization reads: a transformer's residual stream, kept in float.
+    Its per-tensor 8-bit scale is set by a few outlier features while most values sit within a
+    few steps of zero, and the LayerNorm then divides by their small spread, so one rounding
+    there costs more than every other tensor together (timm's ViT-Tiny: 7.1 dB against fp32 with
+    them in int8, 26.2 dB with them float; ONNX Runtime's quantize_static: 7.2 dB). The layers
+    around them (QKV, projections, MLP) stay int8."""
+    consumers = g.consumers()
+    return {n.name for n in g.nodes if n.op == "Add" and
+            any(u.op == "LayerNormalization" for u in consumers.get(n.outputs[0], []))}
 
 
 def follow_layers(g: Graph, capable: set[str], layers: set[str]) -> set[str]:
