@@ -109,14 +109,20 @@ def load(name: str):
     """(optimized graph, inputs kind): None for the zoo and the real-model catalog (standard
     normal inputs: random weights), "det" / "rec" / "cls" for PP-OCR (printed text)."""
     if name.startswith("ppocr_"):
-        path, shape = ppocr_file(name)
-        graph = load_model(path, {"x": shape}, None)
+        graph = load_model(onnx_file(name), {"x": PPOCR_SHAPES[name]}, None)
         kind = PPOCR_KIND[name]
     else:
-        graph = load_model(real_model_file(name) if name in real_model_names() else model_file(name), None, None)
+        graph = load_model(onnx_file(name), None, None)
         kind = None
     optimize(graph)
     return graph, kind
+
+
+def onnx_file(name: str) -> str:
+    """The ONNX file of a PP-OCR, real-catalog or zoo model name."""
+    if name.startswith("ppocr_"):
+        return ppocr_file(name)[0]
+    return real_model_file(name) if name in real_model_names() else model_file(name)
 
 
 def samples(graph, n: int, seed: int, kind: str | None) -> np.ndarray:
@@ -271,9 +277,7 @@ def _fixed_shape_file(name: str, graph, tmp: Path) -> str:
     """The model's ONNX file with the input shape the bench uses written in (PP-OCR's files have
     dynamic height and width, which ONNX Runtime's quantizer keeps)."""
     import onnx
-    path = ppocr_file(name)[0] if name.startswith("ppocr_") else \
-        real_model_file(name) if name in real_model_names() else model_file(name)
-    model = onnx.load(path)
+    model = onnx.load(onnx_file(name))
     shape = graph.tensors[graph.inputs[0]].shape
     for dim, value in zip(model.graph.input[0].type.tensor_type.shape.dim, shape):
         dim.ClearField("dim_param")

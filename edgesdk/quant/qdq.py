@@ -350,7 +350,7 @@ def int8_activations_to_uint8(graph: Graph) -> int:
             for node, zp_index in ends:
                 old = node.inputs[zp_index]
                 new = graph.unique_name(f"{old}.u8")
-                graph.add_constant(new, (graph.const(old).astype(np.int16) + 128).astype(np.uint8))
+                graph.add_constant(new, _as_uint8(graph.const(old)))
                 node.inputs[zp_index] = new
             for node, zp_index in ends:
                 if node.outputs[0] in group and "qmin" in node.attrs:  # the clamp moves with the codes
@@ -358,7 +358,7 @@ def int8_activations_to_uint8(graph: Graph) -> int:
                     node.attrs["qmax"] += 128
                 if node.outputs[0] in group and node.op == "QLinearLookup":  # so do the table's codes
                     table = graph.unique_name(f"{node.inputs[1]}.u8")
-                    graph.add_constant(table, (graph.const(node.inputs[1]).astype(np.int16) + 128).astype(np.uint8))
+                    graph.add_constant(table, _as_uint8(graph.const(node.inputs[1])))
                     node.inputs[1] = table
             for t in group:
                 graph.tensors[t].dtype = np.dtype(np.uint8)
@@ -366,6 +366,11 @@ def int8_activations_to_uint8(graph: Graph) -> int:
     changed += _constant_operands_to_uint8(graph)
     graph.remove_unused_tensors()
     return changed
+
+
+def _as_uint8(codes: np.ndarray) -> np.ndarray:
+    """int8 codes (or zero points) as the uint8 ones of the same real values: + 128."""
+    return (codes.astype(np.int16) + 128).astype(np.uint8)
 
 
 def _constant_operands_to_uint8(graph: Graph) -> int:
@@ -386,7 +391,7 @@ def _constant_operands_to_uint8(graph: Graph) -> int:
                 continue
             for index, value in ((i, codes), (zp_index, zp)):
                 name = graph.unique_name(f"{node.inputs[index]}.u8")
-                graph.add_constant(name, (value.astype(np.int16) + 128).astype(np.uint8))
+                graph.add_constant(name, _as_uint8(value))
                 node.inputs[index] = name
             changed += 1
     return changed
