@@ -31,7 +31,8 @@ DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
-            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_depthwise", "qu8_eltwise", "qu8_pool"}
+            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_depthwise", "qu8_eltwise", "qu8_pool",
+            "qu8_lut_concat"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "gemm_scalar.cc",
@@ -78,7 +79,7 @@ FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", 
               "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear"}
 F16_SLOTS = {"igemm_f16", "depthwise_f16", "convert_f32_f16"}
 QU8_SLOTS = {"qu8_igemm", "qu8_depthwise", "qu8_maxpool", "qu8_avgpool", "qu8_global_avgpool", "qu8_add", "qu8_mul",
-             "qu8_requantize"}
+             "qu8_requantize", "qu8_lut"}
 F16_LEVELS = {"neonfp16", "neondot"}
 # The two-panel qu8 GEMM (the qu8_igemm_x2 slot, ukernels.h): filled where a level has one.
 QU8_GEMMS_X2 = {"avx512vnni": "qu8_igemm_8x32c4__avx512vnni"}

@@ -438,6 +438,53 @@ def test_qu8_requantize_matches_numpy(isa):
         np.testing.assert_array_equal(y, output(x.astype(np.int64) - x_zp, m, s, y_zp, qmin, qmax), err_msg=f"{s}")
 
 
+# ---- concat and table lookup ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_concat_matches_the_reference_rescale(isa):
+    from edgesdk.ops.quantize import rescale
+    from edgesdk.quant.fixedpoint import quantize_multiplier
+    r = rng(11)
+    y_scale, y_zp = np.float32(0.05), 131
+    # (rows, widths): narrow parts of many rows, and one row wider than a task (pieces of a row)
+    for case, (rows, widths) in enumerate([(1, [3]), (7, [1, 16, 33]), (40, [64, 5, 200, 2]), (1, [40000, 17]),
+                                           (3, [20000, 1]), (2, [0, 9])]):
+        xs = [u8(r, (rows, w)) for w in widths]
+        params = [(np.float32(y_scale * s), int(z)) for s, z in
+                  zip(r.choice([1.0, 0.31, 2.7, 1e-4, 300.0], len(widths)), r.integers(0, 256, len(widths)))]
+        params[0] = (y_scale, y_zp)  # one part a plain copy
+        mults, shifts = zip(*[quantize_multiplier(np.float64(s) / np.float64(y_scale)) for s, _ in params])
+        copies = [s == y_scale and z == y_zp for s, z in params]
+        y = np.empty((rows, sum(widths)), np.uint8)
+        K.qu8_concat(xs, [z for _, z in params], list(mults), list(shifts), copies, y, y_zp, threads=1 + case % 2,
+                     isa=isa)
+        want = np.concatenate([rescale(x, s, z, y_scale, y_zp, np.dtype(np.uint8)) for x, (s, z) in zip(xs, params)],
+                              axis=1)
+        np.testing.assert_array_equal(y, want, err_msg=f"case {case}")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_lut_matches_numpy(isa):
+    r = rng(12)
+    for n in list(range(0, 70)) + [255, 256, 1000, 70001]:
+        table = u8(r, 256)
+        x = np.concatenate([np.arange(256, dtype=np.uint8), u8(r, n)])[-n:] if n else np.zeros(0, np.uint8)
+        x = np.ascontiguousarray(x)
+        y = np.empty_like(x)
+        K.qu8_lut(x, table, y, threads=1 + n % 2, isa=isa)
+        np.testing.assert_array_equal(y, table[x], err_msg=f"n={n}")
+
+
+def test_concat_and_lut_refuse_bad_arguments():
+    a = np.zeros((2, 3), np.uint8)
+    with pytest.raises(ValueError, match="table: expected 256"):
+        K.qu8_lut(a, np.zeros(255, np.uint8), np.empty_like(a))
+    with pytest.raises(ValueError, match="equally long"):
+        K.qu8_concat([a], [0, 1], [0], [0], [True], np.empty((2, 3), np.uint8), 0)
+    with pytest.raises(ValueError, match="y's rows"):
+        K.qu8_concat([a, np.zeros((3, 3), np.uint8)], [0, 0], [0, 0], [0, 0], [True, True], np.empty((2, 6), np.uint8), 0)
+
+
 # ---- QuantizeLinear -------------------------------------------------------------------------------
 
 def ref_quantize(x, scale, zp, dtype):

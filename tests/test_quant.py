@@ -177,6 +177,10 @@ def _single_op(kind: str):
             return nodes + [oh.make_node("Add", ["r", "k"], ["y"])], x, \
                 {**consts, "k": rng.standard_normal((1, 8, 1, 1)).astype(np.float32)}
         return nodes + [oh.make_node("Mul", ["k", "r"], ["y"])], x, {**consts, "k": np.float32(0.75)}  # first
+    if kind == "mul_broadcast_first":  # an SE block's gate (N, C, 1, 1) times the activation
+        nodes, consts = _conv(8, 8, k=1, pad=0, act="Relu")
+        nodes[-1].output[0] = "r"
+        return nodes + [oh.make_node("GlobalAveragePool", ["x"], ["g"]), oh.make_node("Mul", ["g", "r"], ["y"])], x, consts
     if kind == "global_average_pool":
         return [oh.make_node("GlobalAveragePool", ["x"], ["y"])], x, {}
     if kind == "average_pool":
@@ -197,7 +201,8 @@ def _single_op(kind: str):
 
 SINGLE_KINDS = ["conv", "conv_relu", "conv_relu6", "conv_stride2_pad0", "conv_dilated", "conv_grouped",
                 "conv_depthwise", "conv_1x1", "conv_hardswish", "gemm", "matmul", "add", "mul",
-                "add_channel_constant", "mul_constant_first", "global_average_pool", "average_pool", "max_pool", "concat", "sigmoid"]
+                "add_channel_constant", "mul_constant_first", "mul_broadcast_first", "global_average_pool", "average_pool",
+                "max_pool", "concat", "sigmoid"]
 INTEGER_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
                "QLinearAveragePool", "QLinearConcat", "QLinearLookup", "MaxPool"}
 
@@ -221,7 +226,7 @@ def test_one_quantized_op_matches_onnxruntime_within_one_step(kind: str, activat
     ops = {n.op for n in sess.graph.nodes}
     assert ops - {"QuantizeLinear", "DequantizeLinear"} <= INTEGER_OPS, ops  # nothing left in float
     assert ops & INTEGER_OPS
-    if backend == "cpu" and kind.startswith(("add", "mul")):  # the native kernels, not the reference's
+    if backend == "cpu" and kind.startswith(("add", "mul", "concat", "sigmoid")):  # native kernels, not the reference's
         assert not sess._impl.fallback_reasons, sess._impl.fallback_reasons
 
 

@@ -449,6 +449,52 @@ void register_qu8_kernels(py::module_& km) {
      py::arg("pads") = std::vector<size_t>{0, 0, 0, 0}, py::arg("threads") = 1, py::arg("isa") = py::none(),
      "NHWC uint8 max pooling (padding never wins; a window with no input tap gives 0).");
 
+  km.def("qu8_concat", [](const std::vector<py::array>& xs, const std::vector<int64_t>& x_zps,
+                          const std::vector<int64_t>& mults, const std::vector<int64_t>& shifts,
+                          const std::vector<bool>& copies, py::array& y, int64_t y_zp, size_t threads,
+                          std::optional<std::string> isa) {
+    const size_t count = xs.size();
+    if (count == 0 || x_zps.size() != count || mults.size() != count || shifts.size() != count ||
+        copies.size() != count)
+      throw py::value_error("qu8_concat: xs, x_zps, mults, shifts and copies must be equally long, and not empty");
+    if (y.ndim() != 2) throw py::value_error("y: expected (rows, width)");
+    const size_t rows = static_cast<size_t>(y.shape(0));
+    std::vector<k::Qu8ConcatPart> parts(count);
+    size_t width = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const std::string name = "xs[" + std::to_string(i) + "]";
+      if (xs[i].ndim() != 2 || static_cast<size_t>(xs[i].shape(0)) != rows)
+        throw py::value_error(name + ": expected (rows, width) with y's rows");
+      parts[i] = {in_u8(xs[i], name.c_str()), static_cast<size_t>(xs[i].shape(1)), byte_arg(x_zps[i], "x_zp"),
+                  copies[i] ? 0 : multiplier_arg(mults[i], "mult"), copies[i] ? 0 : shift_arg(shifts[i], "shift"),
+                  static_cast<bool>(copies[i])};
+      width += parts[i].width;
+    }
+    expect_shape(y, {rows, width}, "y");
+    uint8_t* yp = out_u8(y, "y");
+    const uint8_t yzp = byte_arg(y_zp, "y_zp");
+    const k::KernelTable* t = table_for(isa);
+    py::gil_scoped_release release;
+    k::qu8_concat(parts.data(), count, rows, yp, yzp, threads, t);
+  }, py::arg("xs"), py::arg("x_zps"), py::arg("mults"), py::arg("shifts"), py::arg("copies"), py::arg("y"),
+     py::arg("y_zp"), py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "y (rows, sum of widths) = the uint8 xs (rows, width_i) side by side, each copied where copies[i] "
+     "(the output's scale and zero point) else rescaled as qu8_requantize (clamp 0-255).");
+
+  km.def("qu8_lut", [](const py::array& x, const py::array& table, py::array& y, size_t threads,
+                      std::optional<std::string> isa) {
+    const uint8_t* xp = in_u8(x, "x");
+    const uint8_t* tp = in_u8(table, "table");
+    if (table.size() != 256) throw py::value_error("table: expected 256 entries");
+    expect_shape(y, shape_of(x), "y");
+    uint8_t* yp = out_u8(y, "y");
+    const k::KernelTable* t = table_for(isa);
+    const size_t count = static_cast<size_t>(x.size());
+    py::gil_scoped_release release;
+    k::qu8_lut(xp, count, tp, yp, threads, t);
+  }, py::arg("x"), py::arg("table"), py::arg("y"), py::arg("threads") = 1, py::arg("isa") = py::none(),
+     "y = table[x] for uint8 x of any C-contiguous shape and a 256-entry uint8 table.");
+
   km.def("qu8_requantize", [](const py::array& x, int64_t x_zp, py::array& y, int64_t y_zp, int64_t mult,
                               int64_t shift, int64_t qmin, int64_t qmax, size_t threads,
                               std::optional<std::string> isa) {

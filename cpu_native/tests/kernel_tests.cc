@@ -1681,6 +1681,55 @@ void test_qu8_depthwise(const KernelTable& t) {
   report(fam);
 }
 
+// Table lookup and concat: every byte value through random tables, odd lengths and tails; the concat
+// of copied and rescaled parts (rows narrower and wider than a task) against the scalar formulas.
+void test_qu8_lut_concat(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_lut_concat", t.name};
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{31}, size_t{33}, size_t{63}, size_t{64},
+                   size_t{65}, size_t{256}, size_t{257}, size_t{70001}}) {
+    auto table = random_u8(256);
+    auto x = random_u8(n);
+    for (size_t i = 0; i < n && i < 256; ++i) x[i] = static_cast<uint8_t>(i);
+    std::vector<uint8_t> got(n), want(n);
+    qu8_lut(x.data(), n, table.data(), got.data(), 1 + n % 2, &t);
+    for (size_t i = 0; i < n; ++i) want[i] = table[x[i]];
+    check_bytes(fam, "lut n=" + std::to_string(n), got.data(), want.data(), n);
+  }
+  struct Case { size_t rows; std::vector<size_t> widths; };
+  const Case cases[] = {{1, {3}}, {7, {1, 16, 33}}, {40, {64, 5, 200, 2}}, {1, {40000, 17}}, {3, {20000, 1}}};
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    const int y_zp = kQu8ZeroPoints[index % 5];
+    std::vector<std::vector<uint8_t>> xs;
+    std::vector<Qu8ConcatPart> parts;
+    size_t total = 0;
+    for (size_t p = 0; p < cs.widths.size(); ++p, ++index) {
+      xs.push_back(random_u8(cs.rows * cs.widths[p]));
+      const bool copy = p == 0;
+      const int32_t m = index % 3 == 0 ? kQu8Multipliers[index % 9] : random_multiplier();
+      parts.push_back({xs.back().data(), cs.widths[p], static_cast<uint8_t>(kQu8ZeroPoints[(index + 2) % 5]),
+                       copy ? 0 : m, copy ? 0 : kQu8Shifts[index % 8], copy});
+      total += cs.widths[p];
+    }
+    std::vector<uint8_t> got(cs.rows * total), want(got.size());
+    qu8_concat(parts.data(), parts.size(), cs.rows, got.data(), static_cast<uint8_t>(y_zp), 1 + index % 2, &t);
+    for (size_t r = 0; r < cs.rows; ++r) {
+      size_t offset = 0;
+      for (const Qu8ConcatPart& part : parts) {
+        for (size_t c = 0; c < part.width; ++c) {
+          const uint8_t v = part.x[r * part.width + c];
+          want[r * total + offset + c] =
+              part.copy ? v : qu8ref::output(v - part.x_zp, part.mult, part.shift, y_zp, 0, 255);
+        }
+        offset += part.width;
+      }
+    }
+    check_bytes(fam, "concat rows=" + std::to_string(cs.rows), got.data(), want.data(), got.size());
+  }
+  report(fam);
+}
+
 void test_qu8_eltwise(const KernelTable& t) {
   reseed();
   Family fam{"qu8_eltwise", t.name};
@@ -1957,6 +2006,7 @@ int main(int argc, char** argv) {
     test_qu8_overread(t);
     test_qu8_depthwise(t);
     test_qu8_eltwise(t);
+    test_qu8_lut_concat(t);
     test_qu8_pool(t);
     if (t.has_f16_arith()) {
       test_f16_gemm(t);

@@ -67,6 +67,7 @@ constexpr KernelTable scalar_table() {
   EDGESDK_SET(t, qu8_add, qu8_add__scalar);
   EDGESDK_SET(t, qu8_mul, qu8_mul__scalar);
   EDGESDK_SET(t, qu8_requantize, qu8_requantize__scalar);
+  EDGESDK_SET(t, qu8_lut, qu8_lut__scalar);
   return t;
 }
 constexpr KernelTable kScalarTable = scalar_table();
@@ -106,6 +107,7 @@ constexpr KernelTable avx2_table() {
   EDGESDK_SET(t, qu8_add, qu8_add_16x__avx2);
   EDGESDK_SET(t, qu8_mul, qu8_mul_16x__avx2);
   EDGESDK_SET(t, qu8_requantize, qu8_requantize_16x__avx2);
+  EDGESDK_SET(t, qu8_lut, qu8_lut_32x__avx2);
   return t;
 }
 constexpr KernelTable kAvx2Table = avx2_table();
@@ -143,6 +145,7 @@ constexpr KernelTable avx512_table() {
   EDGESDK_SET(t, qu8_add, qu8_add_16x__avx512skx);
   EDGESDK_SET(t, qu8_mul, qu8_mul_16x__avx512skx);
   EDGESDK_SET(t, qu8_requantize, qu8_requantize_16x__avx512skx);
+  EDGESDK_SET(t, qu8_lut, qu8_lut_64x__avx512skx);
   return t;
 }
 constexpr KernelTable kAvx512Table = avx512_table();
@@ -197,6 +200,7 @@ constexpr KernelTable neon_table() {
   EDGESDK_SET(t, qu8_add, qu8_add_8x__neon);
   EDGESDK_SET(t, qu8_mul, qu8_mul_8x__neon);
   EDGESDK_SET(t, qu8_requantize, qu8_requantize_8x__neon);
+  EDGESDK_SET(t, qu8_lut, qu8_lut_16x__neon);
   return t;
 }
 constexpr KernelTable kNeonTable = neon_table();

@@ -29,7 +29,7 @@ enum class Isa { Scalar, Avx2, Avx512, Avx512Vnni, Neon, NeonFp16, NeonDot };
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
   X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_maxpool)   \
-  X(qu8_avgpool) X(qu8_global_avgpool) X(qu8_add) X(qu8_mul) X(qu8_requantize)
+  X(qu8_avgpool) X(qu8_global_avgpool) X(qu8_add) X(qu8_mul) X(qu8_requantize) X(qu8_lut)
 
 // The function name (ukernels.h: <datatype>_<op>_<tile>__<isa>) in each slot of a table; null
 // where the slot is empty.
@@ -92,6 +92,7 @@ struct KernelTable {
   Qu8BinaryUkernel qu8_add;
   Qu8BinaryUkernel qu8_mul;
   Qu8RequantizeUkernel qu8_requantize;
+  Qu8LutUkernel qu8_lut;
   KernelNames names;  // of the kernels above, slot by slot
   bool has_f16_arith() const { return igemm_f16 != nullptr; }
 };

@@ -579,4 +579,57 @@ void qu8_requantize(const uint8_t* x, size_t count, uint8_t x_zp, uint8_t* y, ui
   });
 }
 
+void qu8_concat(const Qu8ConcatPart* parts, size_t count, size_t rows, uint8_t* y, uint8_t y_zp, size_t threads,
+                const KernelTable* t) {
+  const Qu8RequantizeUkernel kernel = table_or_active(t).qu8_requantize;
+  const Qu8Output out = make_output(y_zp, 0, 255);
+  size_t y_width = 0;
+  for (size_t p = 0; p < count; ++p) {
+    if (!parts[p].copy) require_shift(parts[p].shift, "qu8_concat");
+    y_width += parts[p].width;
+  }
+  // Tasks of about `chunk` bytes: whole rows where they are narrower, else pieces of one row
+  // (a batch-1 NCHW concat is one row per part).
+  const size_t chunk = 16384;
+  size_t offset = 0;
+  for (size_t p = 0; p < count; ++p) {
+    const Qu8ConcatPart& part = parts[p];
+    const Qu8Requant rq = qu8_requant_of(part.mult, part.shift);
+    const size_t width = part.width, pieces = div_up(width, chunk), rows_per_task = std::max<size_t>(1, chunk / std::max<size_t>(width, 1));
+    const size_t tasks = width >= chunk ? rows * pieces : div_up(rows, rows_per_task);
+    uint8_t* const yp = y + offset;
+    auto span = [&](size_t r, size_t c0, size_t c1) {
+      const uint8_t* src = part.x + r * width + c0;
+      uint8_t* dst = yp + r * y_width + c0;
+      if (part.copy) {
+        std::memcpy(dst, src, c1 - c0);
+      } else {
+        kernel(src, dst, c1 - c0, part.x_zp, &rq, &out);
+      }
+    };
+    if (width > 0 && rows > 0) {
+      parallel_for(tasks, threads, [&](size_t begin, size_t end) {
+        for (size_t task = begin; task < end; ++task) {
+          if (width >= chunk) {
+            const size_t r = task / pieces, c0 = (task % pieces) * chunk;
+            span(r, c0, min_size(width, c0 + chunk));
+          } else {
+            for (size_t r = task * rows_per_task; r < min_size(rows, (task + 1) * rows_per_task); ++r) span(r, 0, width);
+          }
+        }
+      });
+    }
+    offset += width;
+  }
+}
+
+void qu8_lut(const uint8_t* x, size_t count, const uint8_t* table, uint8_t* y, size_t threads, const KernelTable* t) {
+  const Qu8LutUkernel kernel = table_or_active(t).qu8_lut;
+  const size_t chunk = 32768;
+  parallel_for(div_up(count, chunk), threads, [&](size_t begin, size_t end) {
+    const size_t lo = begin * chunk, hi = min_size(count, end * chunk);
+    kernel(x + lo, y + lo, hi - lo, table);
+  });
+}
+
 }  // namespace edgesdk::kernels

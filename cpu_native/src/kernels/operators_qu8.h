@@ -184,4 +184,22 @@ void qu8_maxpool(const uint8_t* x, size_t n, size_t h, size_t w, size_t c, const
 void qu8_requantize(const uint8_t* x, size_t count, uint8_t x_zp, uint8_t* y, uint8_t y_zp, int32_t mult,
                     int32_t shift, uint8_t qmin, uint8_t qmax, size_t threads, const KernelTable* t = nullptr);
 
+// One input of qu8_concat: rows of `width` bytes at x (row stride `width`), copied where `copy`
+// (its scale and zero point are the output's), else rescaled as qu8_requantize with (mult, shift).
+struct Qu8ConcatPart {
+  const uint8_t* x;
+  size_t width;
+  uint8_t x_zp;
+  int32_t mult, shift;
+  bool copy;
+};
+// y [rows][sum of widths] = the parts side by side, each rescaled to y's zero point (clamp 0-255):
+// QLinearConcat along the stored layout's axis, whose outer extent is `rows`.
+void qu8_concat(const Qu8ConcatPart* parts, size_t count, size_t rows, uint8_t* y, uint8_t y_zp, size_t threads,
+                const KernelTable* t = nullptr);
+
+// y[i] = table[x[i]] over `count` bytes (256-entry table: QLinearLookup).
+void qu8_lut(const uint8_t* x, size_t count, const uint8_t* table, uint8_t* y, size_t threads,
+            const KernelTable* t = nullptr);
+
 }  // namespace edgesdk::kernels

@@ -839,4 +839,54 @@ void u8_interleave__avx2(const uint8_t* planes, size_t plane_stride, size_t c, u
   u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
 }
 
+// Table lookup (ukernels.h, Qu8LutUkernel) with vpshufb, which reads 16-byte rows and gives 0 for
+// an index whose bit 7 is set. The table is 16 rows T_0..T_15. First pass, x < 128: v_k = x - 16k
+// by signed saturating subtraction stays >= 0 exactly while k <= x >> 4, so XOR-ing vpshufb of the
+// difference rows D_0 = T_0, D_k = T_k ^ T_(k-1) over k = 0..7 telescopes to T_(x >> 4); a lane
+// with x >= 128 is negative from the start and stays so (saturation), adding nothing. Second pass,
+// the same on x ^ 0x80 with rows T_8..T_15 for x >= 128. 16 shuffles per 32 bytes, no gather.
+namespace {
+struct LutRows {
+  __m256i d[16];  // D_0..D_7 of T_0..T_7, then of T_8..T_15, each row in both 128-bit lanes
+};
+
+LutRows lut_rows(const uint8_t* table) {
+  LutRows r;
+  for (size_t k = 0; k < 16; ++k) {
+    const __m128i row = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * k));
+    const __m128i prev = k % 8 == 0 ? _mm_setzero_si128()
+                                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * (k - 1)));
+    r.d[k] = _mm256_broadcastsi128_si256(_mm_xor_si128(row, prev));
+  }
+  return r;
+}
+
+__m256i lut32(__m256i x, const LutRows& r) {
+  const __m256i step = _mm256_set1_epi8(16);
+  __m256i lo = x, hi = _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80)));
+  __m256i y = _mm256_xor_si256(_mm256_shuffle_epi8(r.d[0], lo), _mm256_shuffle_epi8(r.d[8], hi));
+#pragma GCC unroll 7
+  for (size_t k = 1; k < 8; ++k) {
+    lo = _mm256_subs_epi8(lo, step);
+    hi = _mm256_subs_epi8(hi, step);
+    y = _mm256_xor_si256(y, _mm256_xor_si256(_mm256_shuffle_epi8(r.d[k], lo), _mm256_shuffle_epi8(r.d[8 + k], hi)));
+  }
+  return y;
+}
+}  // namespace
+
+void qu8_lut_32x__avx2(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table) {
+  const LutRows r = lut_rows(table);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i),
+                        lut32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), r));
+  if (i < n) {  // the tail through a buffer: nothing past x + n is read or past y + n written
+    alignas(32) uint8_t bytes[32] = {};
+    std::memcpy(bytes, x + i, n - i);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), lut32(_mm256_load_si256(reinterpret_cast<const __m256i*>(bytes)), r));
+    std::memcpy(y + i, bytes, n - i);
+  }
+}
+
 }  // namespace edgesdk::kernels

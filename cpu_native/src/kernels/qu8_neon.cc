@@ -6,6 +6,8 @@
 // scalar formulas.
 #include <arm_neon.h>
 
+#include <cstring>
+
 #include "kernels/qu8_ukernels.h"
 #include "kernels/requantization.h"
 #include "kernels/ukernels.h"
@@ -382,6 +384,32 @@ void qu8_requantize_8x__neon(const uint8_t* x, uint8_t* y, size_t n, int32_t inp
     vst1_u8(y + i, to_u8x8(requantize(vmovl_s16(vget_low_s16(d)), q), requantize(vmovl_high_s16(d), q), o));
   }
   for (; i < n; ++i) y[i] = output_of(x[i] - input_zero_point, *rq, *out);
+}
+
+// Table lookup (ukernels.h, Qu8LutUkernel): the table as four 64-byte quarters; TBL on the first
+// (an index past 63 gives 0), then TBX on the others with the index less 64, 128, 192 (TBX leaves
+// a lane whose index is past 63 as it was, and the wrapped differences of the other quarters are).
+void qu8_lut_16x__neon(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table) {
+  const uint8x16x4_t t0 = vld1q_u8_x4(table), t1 = vld1q_u8_x4(table + 64), t2 = vld1q_u8_x4(table + 128),
+                     t3 = vld1q_u8_x4(table + 192);
+  const uint8x16_t q = vdupq_n_u8(64);
+  auto lut16 = [&](uint8x16_t v) {
+    uint8x16_t r = vqtbl4q_u8(t0, v);
+    v = vsubq_u8(v, q);
+    r = vqtbx4q_u8(r, t1, v);
+    v = vsubq_u8(v, q);
+    r = vqtbx4q_u8(r, t2, v);
+    v = vsubq_u8(v, q);
+    return vqtbx4q_u8(r, t3, v);
+  };
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) vst1q_u8(y + i, lut16(vld1q_u8(x + i)));
+  if (i < n) {  // the tail through a buffer: nothing past x + n is read or past y + n written
+    uint8_t bytes[16] = {};
+    std::memcpy(bytes, x + i, n - i);
+    vst1q_u8(bytes, lut16(vld1q_u8(bytes)));
+    std::memcpy(y + i, bytes, n - i);
+  }
 }
 
 // QuantizeLinear (qu8_ukernels.h): FDIV, FRINTN (to nearest, halves to even), FADD, then FMAXNM

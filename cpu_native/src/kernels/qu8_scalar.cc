@@ -195,4 +195,16 @@ void u8_interleave__scalar(const uint8_t* planes, size_t plane_stride, size_t c,
   u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
 }
 
+// The reference of the qu8_lut family: one table read per byte, four a step.
+void qu8_lut__scalar(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table) {
+  for (; n >= 4; n -= 4, x += 4, y += 4) {
+    const uint8_t a = table[x[0]], b = table[x[1]], c = table[x[2]], d = table[x[3]];
+    y[0] = a;
+    y[1] = b;
+    y[2] = c;
+    y[3] = d;
+  }
+  for (; n > 0; --n) *y++ = table[*x++];
+}
+
 }  // namespace edgesdk::kernels

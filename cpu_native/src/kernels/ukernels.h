@@ -396,6 +396,9 @@ constexpr int kQu8AddLeftShift = 20;
 using Qu8RequantizeUkernel = void (*)(const uint8_t* x, uint8_t* y, size_t n, int32_t input_zero_point,
                                       const Qu8Requant* rq, const Qu8Output* out);
 
+// Table lookup of n bytes: y[i] = table[x[i]] (256 entries; QLinearLookup's activations).
+using Qu8LutUkernel = void (*)(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table);
+
 // qu8 GEMM tiles (MR x NR, reduction step KR = the c4 of the name) per level.
 constexpr size_t kScalarQu8MR = 4, kScalarQu8NR = 4;
 constexpr size_t kAvx2Qu8MR = 4, kAvx2Qu8NR = 16;
@@ -463,6 +466,7 @@ UkernelFunction<Qu8PoolUkernel> qu8_maxpool__scalar, qu8_avgpool__scalar;
 UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool__scalar;
 UkernelFunction<Qu8BinaryUkernel> qu8_add__scalar, qu8_mul__scalar;
 UkernelFunction<Qu8RequantizeUkernel> qu8_requantize__scalar;
+UkernelFunction<Qu8LutUkernel> qu8_lut__scalar;
 
 #if defined(__x86_64__) || defined(_M_X64)
 // AVX2 + FMA + F16C (gemm_avx2.cc; vector_kernels_avx2.cc: 8-lane vectors).
@@ -491,6 +495,7 @@ UkernelFunction<Qu8PoolUkernel> qu8_maxpool_32c__avx2, qu8_avgpool_8c__avx2;
 UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_32c__avx2;
 UkernelFunction<Qu8BinaryUkernel> qu8_add_16x__avx2, qu8_mul_16x__avx2;
 UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_16x__avx2;
+UkernelFunction<Qu8LutUkernel> qu8_lut_32x__avx2;
 
 // AVX-512: the GEMM needs F only (gemm_avx512.cc); the vector kernels F + BW + DQ + VL
 // (vector_kernels_avx512.cc: 16-lane vectors).
@@ -519,6 +524,7 @@ UkernelFunction<Qu8PoolUkernel> qu8_maxpool_64c__avx512skx, qu8_avgpool_16c__avx
 UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_64c__avx512skx;
 UkernelFunction<Qu8BinaryUkernel> qu8_add_16x__avx512skx, qu8_mul_16x__avx512skx;
 UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_16x__avx512skx;
+UkernelFunction<Qu8LutUkernel> qu8_lut_64x__avx512skx;
 // AVX512_VNNI (qu8_avx512vnni.cc, also F + BW + DQ + VL): the avx512vnni level adds these to the
 // avx512 table.
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512vnni;
@@ -553,6 +559,7 @@ UkernelFunction<Qu8PoolUkernel> qu8_maxpool_16c__neon, qu8_avgpool_8c__neon;
 UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_16c__neon;
 UkernelFunction<Qu8BinaryUkernel> qu8_add_8x__neon, qu8_mul_8x__neon;
 UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_8x__neon;
+UkernelFunction<Qu8LutUkernel> qu8_lut_16x__neon;
 
 // ARMv8.2-A FP16 arithmetic (gemm_neonfp16.cc, depthwise_neonfp16.cc, built with
 // -march=armv8.2-a+fp16): the neonfp16 level adds these to the neon table.

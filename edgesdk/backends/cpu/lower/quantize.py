@@ -12,7 +12,7 @@ from ....graph import Node
 from ....ops.quantize import average_multipliers, channel_multipliers, clamp_range, dtype_range, mul_multiplier, \
     scalar, zero_point
 from ....quant import fixedpoint as fx
-from ..program import NCHW, NHWC, Builder, Runner, Views
+from ..program import NCHW, NHWC, Builder, Runner, Slot, Views
 from .base import fallback, lowering, native_kernels
 
 
@@ -193,9 +193,13 @@ def _broadcast(out_shape, b_shape, layout: str) -> str | None:
 def qlinear_binary(node: Node, b: Builder) -> None:
     g, k = b.graph, native_kernels()
     i = list(node.inputs)
-    if not b.is_activation(i[0]) and b.is_activation(i[3]):  # both ops commute: the run-time operand first
-        i = i[3:6] + i[0:3] + i[6:]
     out_shape = b.shape(node.outputs[0])
+    # Both ops commute: the run-time operand of the output's shape first (an SE block's Mul may
+    # take its per-channel gate first).
+    if (not b.is_activation(i[0]) and b.is_activation(i[3])) or (
+            b.is_activation(i[3]) and tuple(b.shape(i[0])) != tuple(out_shape)
+            and tuple(b.shape(i[3])) == tuple(out_shape)):
+        i = i[3:6] + i[0:3] + i[6:]
     if not _uint8(b, i[0], i[3], node.outputs[0]) or tuple(b.shape(i[0])) != tuple(out_shape) \
             or not b.is_activation(i[0]):
         return fallback(node, b, "int8 activations or a broadcast first operand")
@@ -290,18 +294,61 @@ def uint8_max_pool(node: Node, b: Builder) -> None:
 
 @lowering("QLinearLookup")
 def qlinear_lookup(node: Node, b: Builder) -> None:
-    table = b.graph.const(node.inputs[1])
+    """The native table lookup on the stored bytes: an int8 input's byte b is the code b ^ 0x80 of
+    the reference's index, so the table is permuted once instead; an int8 output is its bytes."""
+    table = np.asarray(b.graph.const(node.inputs[1]))
+    if b.graph.tensors[node.inputs[0]].dtype == np.int8:
+        table = table[np.arange(256) ^ 0x80]
+    table = np.ascontiguousarray(table).view(np.uint8)
     x = b.read_stored(node.inputs[0])
     y = b.write(node.outputs[0], x.layout)
-    index = (lambda a: a.view(np.uint8) ^ np.uint8(0x80)) if b.graph.tensors[node.inputs[0]].dtype == np.int8 \
-        else (lambda a: a)
+    k, threads = native_kernels(), b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(k.qu8_lut, v[x].view(np.uint8), table, v[y].view(np.uint8), threads),
+           "256-entry table")
+
+
+# ONNX axis -> axis of the NHWC storage.
+_NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
+
+
+@lowering("QLinearConcat")
+def qlinear_concat(node: Node, b: Builder) -> None:
+    """Each part copied (the output's scale and zero point) or rescaled (the reference's
+    ``rescale``: the same multiplier and shift) into its slice of the output's rows: the rows are
+    the stored layout's outer extent before the axis (pixels for a channel concat in NHWC)."""
+    g, k = b.graph, native_kernels()
+    out = node.outputs[0]
+    parts = list(zip(node.inputs[2::3], node.inputs[3::3], node.inputs[4::3]))
+    if not _uint8(b, out, *(p[0] for p in parts)):
+        return fallback(node, b, "int8 activations")
+    axis, out_shape = node.attrs["axis"], b.shape(out)
+    nhwc = len(out_shape) == 4 and any(b.is_activation(p[0]) and b.stored_layout(p[0]) == NHWC for p in parts)
+    layout = NHWC if nhwc else NCHW
+    stored_axis = _NHWC_AXIS[axis] if nhwc else axis
+    sy, zy = np.float32(scalar(g.const(node.inputs[0]))), zero_point(g.const(node.inputs[1]))
+    sources, x_zps, mults, shifts, copies = [], [], [], [], []
+    for x_name, s_name, z_name in parts:
+        sx, zx = np.float32(scalar(g.const(s_name))), zero_point(g.const(z_name))
+        copy = bool(sx == sy and zx == zy)  # the reference's rescale: an exact copy
+        mult, shift = (0, 0) if copy else fx.quantize_multiplier(np.float64(sx) / np.float64(sy))
+        if b.is_activation(x_name):
+            sources.append(b.read(x_name, layout))
+        else:  # a constant part: its codes in the chosen layout
+            codes = np.asarray(g.const(x_name), np.uint8)
+            sources.append(np.ascontiguousarray(codes.transpose(0, 2, 3, 1) if nhwc else codes))
+        x_zps.append(int(zx))
+        mults.append(int(mult))
+        shifts.append(int(shift))
+        copies.append(copy)
+    y = b.write(out, layout)
+    stored_out = y.storage_shape
+    rows = math.prod(stored_out[:stored_axis])
+    widths = [math.prod((s.storage_shape if isinstance(s, Slot) else s.shape)[stored_axis:]) for s in sources]
+    threads = b.threads_for(node)
 
     def bind(v: Views) -> Runner:
-        xs, out = v[x], v[y]
-        return lambda: np.take(table, index(xs), out=out)
-    b.emit(node, "numpy", bind, "256-entry table")
-
-
-@lowering("QLinearConcat", reference_only=True)
-def qlinear_concat(node: Node, b: Builder) -> None:
-    fallback(node, b, "no native int8 concat yet")
+        xs = [(v[s] if isinstance(s, Slot) else s).reshape(rows, w) for s, w in zip(sources, widths)]
+        return partial(k.qu8_concat, xs, x_zps, mults, shifts, copies, v[y].reshape(rows, sum(widths)), int(zy),
+                       threads)
+    rescaled = sum(not c for c in copies)
+    b.emit(node, "native", bind, f"int8 concat, {len(parts)} parts ({rescaled} rescaled)")
