@@ -475,6 +475,22 @@ def test_qu8_lut_matches_numpy(isa):
         np.testing.assert_array_equal(y, table[x], err_msg=f"n={n}")
 
 
+def test_conv_plan_runs_one_group_of_a_wider_tensor():
+    r = rng(13)
+    x, w = u8(r, (1, 5, 6, 24)), i8(r, (4, 3, 3, 8))
+    mult, shift = np.full(4, 1 << 30, np.int32), np.full(4, -6, np.int32)
+    packed = K.pack_qu8_conv(w, None, 3, mult, shift, 7, 0, 255)
+    plan = K.Qu8ConvPlan(packed, [1, 5, 6, 8], (3, 3), pads=[1, 1, 1, 1])
+    y = np.zeros((1, 5, 6, 12), np.uint8)
+    plan.run(x, y, 1, 16, 8)  # the third group of x into the last 4 channels of y
+    want = np.empty((1, 5, 6, 4), np.uint8)
+    K.Qu8ConvPlan(packed, [1, 5, 6, 8], (3, 3), pads=[1, 1, 1, 1]).run(np.ascontiguousarray(x[..., 16:]), want)
+    np.testing.assert_array_equal(y[..., 8:], want)
+    assert not y[..., :8].any()
+    with pytest.raises(ValueError, match="run past"):
+        plan.run(x, y, 1, 20, 0)
+
+
 def test_concat_and_lut_refuse_bad_arguments():
     a = np.zeros((2, 3), np.uint8)
     with pytest.raises(ValueError, match="table: expected 256"):

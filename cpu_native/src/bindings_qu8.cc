@@ -215,15 +215,27 @@ void register_qu8_kernels(py::module_& km) {
         return std::vector<size_t>{p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n};
       })
       .def_property_readonly("is_gemm", [](const PyQu8ConvPlan& p) { return p.plan.is_gemm(); })
-      .def("run", [](PyQu8ConvPlan& p, const py::array& x, py::array& y, size_t threads) {
-        expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
-        expect_shape(y, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "y");
+      .def("run", [](PyQu8ConvPlan& p, const py::array& x, py::array& y, size_t threads, size_t x_channel,
+                     size_t y_channel) {
+        // x (N, H, W, >= x_channel + C) and y (N, OH, OW, >= y_channel + N_out): the plan reads and
+        // writes its channels from those offsets on (one group of a grouped convolution).
+        if (x.ndim() != 4 || y.ndim() != 4) throw py::value_error("x and y must be NHWC");
+        const size_t xc = static_cast<size_t>(x.shape(3)), yc = static_cast<size_t>(y.shape(3));
+        if (x_channel + p.c > xc || y_channel + p.weights->n > yc)
+          throw py::value_error("x_channel / y_channel: the plan's channels run past the arrays'");
+        expect_shape(x, {p.n, p.h, p.w, xc}, "x");
+        expect_shape(y, {p.n, p.plan.out_h(), p.plan.out_w(), yc}, "y");
         const uint8_t* xp = in_u8(x, "x");
         uint8_t* yp = out_u8(y, "y");
+        // The kernels read each pixel's channels in whole 4-byte words (their weights past C are 0):
+        // from an offset, the last pixel's last word must still lie inside the array (the plan's
+        // row guard covers the array's end only from offset 0).
+        if (x_channel != 0 && x_channel + (p.c + 3) / 4 * 4 > xc)
+          throw py::value_error("x_channel: the plan's channels, rounded up to 4, run past the array's");
         py::gil_scoped_release release;
         std::lock_guard<std::mutex> lock(p.mutex);
-        p.plan.run(xp, yp, threads);
-      }, py::arg("x"), py::arg("y"), py::arg("threads") = 1);
+        p.plan.run(xp + x_channel, yp + y_channel, threads, xc, yc);
+      }, py::arg("x"), py::arg("y"), py::arg("threads") = 1, py::arg("x_channel") = 0, py::arg("y_channel") = 0);
 
   km.def("qu8_depthwise_conv", [](const py::array& x, const py::array& w, std::optional<py::array> bias,
                                   int64_t input_zero_point, const py::array& multiplier, const py::array& shift,

@@ -143,12 +143,41 @@ def qlinear_conv(node: Node, b: Builder) -> None:
         b.emit(node, "native", lambda v: partial(plan.run, v[x], v[y], threads), f"int8 depthwise, {plan.kernel_name}")
         return
     if group != 1:
-        return fallback(node, b, "grouped int8 convolution")
+        return _grouped_conv(node, b, x, y, w, bias, (x_zp, mult, shift, y_zp, qmin, qmax), geometry, threads)
     packed = k.pack_qu8_conv(np.ascontiguousarray(w.transpose(0, 2, 3, 1)), bias, x_zp, mult, shift, y_zp, qmin, qmax)
     # A plan holds per-call state (its indirection buffer): one per arena, as for fp32 (conv.py).
     new_plan = partial(k.Qu8ConvPlan, packed, list(x.storage_shape), tuple(w.shape[2:]), **geometry)
     kind = "1x1 GEMM" if new_plan().is_gemm else "indirect conv"
     b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], threads), f"int8 {kind}, {packed.kernel_name}")
+
+
+def _grouped_conv(node: Node, b: Builder, x: Slot, y: Slot, w: np.ndarray, bias, requant, geometry, threads) -> None:
+    """One plan per group, reading its channel slice of the NHWC input (pixel stride C) and
+    writing its slice of the output: RegNet's and ResNeXt's group convolutions."""
+    k = native_kernels()
+    group, channels = node.attrs["group"], b.shape(node.inputs[0])[1]
+    cg, og = channels // group, w.shape[0] // group
+    if cg % 4:  # the kernels read whole 4-byte words: a group's last word would cross into the next
+        return fallback(node, b, f"grouped int8 convolution of {cg} channels a group (not a multiple of 4)")
+    x_zp, mult, shift, y_zp, qmin, qmax = requant
+    shape = list(x.storage_shape[:3]) + [cg]
+    makers = []
+    for gi in range(group):
+        out = slice(gi * og, (gi + 1) * og)
+        packed = k.pack_qu8_conv(np.ascontiguousarray(w[out].transpose(0, 2, 3, 1)),
+                                 None if bias is None else np.ascontiguousarray(bias[out]), x_zp,
+                                 np.ascontiguousarray(mult[out]), np.ascontiguousarray(shift[out]), y_zp, qmin, qmax)
+        makers.append(partial(k.Qu8ConvPlan, packed, shape, tuple(w.shape[2:]), **geometry))
+
+    def bind(v: Views) -> Runner:
+        plans = [make() for make in makers]  # per arena: a plan keeps its indirection buffer
+        xs, ys = v[x], v[y]
+
+        def run() -> None:
+            for gi, plan in enumerate(plans):
+                plan.run(xs, ys, threads, gi * cg, gi * og)
+        return run
+    b.emit(node, "native", bind, f"int8 grouped conv, {group} groups, {makers[0].args[0].kernel_name}")
 
 
 @lowering("QGemm", "QLinearMatMul")
