@@ -184,6 +184,16 @@ def _single_op(kind: str):
         nodes, consts = _conv(8, 8, k=1, pad=0, act="Relu")
         nodes[-1].output[0] = "r"
         return nodes + [oh.make_node("GlobalAveragePool", ["x"], ["g"]), oh.make_node("Mul", ["g", "r"], ["y"])], x, consts
+    if kind in ("matmul_bias", "mul_channel_rank3"):  # a MatMul's bias (N,); a layer scale (C, 1, 1)
+        if kind == "matmul_bias":
+            return ([oh.make_node("MatMul", ["x", "w"], ["m"]), oh.make_node("Add", ["m", "k"], ["y"])], {"x": (1, 5, 40)},
+                    {"w": rng.standard_normal((40, 24)).astype(np.float32), "k": rng.standard_normal(24).astype(np.float32)})
+        nodes, consts = _conv(8, 8, k=1, pad=0, act="Relu")
+        nodes[-1].output[0] = "r"
+        return nodes + [oh.make_node("Mul", ["r", "k"], ["y"])], x, \
+            {**consts, "k": rng.uniform(0.5, 2, (8, 1, 1)).astype(np.float32)}
+    if kind == "layer_scale":  # a (C, 1, 1) scale of a tensor stored plane-major (ConvNeXt's, after its permute)
+        return [oh.make_node("Mul", ["x", "k"], ["y"])], x, {"k": rng.uniform(0.5, 2, (8, 1, 1)).astype(np.float32)}
     if kind == "global_average_pool":
         return [oh.make_node("GlobalAveragePool", ["x"], ["y"])], x, {}
     if kind == "average_pool":
@@ -204,7 +214,8 @@ def _single_op(kind: str):
 
 SINGLE_KINDS = ["conv", "conv_relu", "conv_relu6", "conv_stride2_pad0", "conv_dilated", "conv_grouped", "conv_grouped_strided",
                 "conv_depthwise", "conv_1x1", "conv_hardswish", "gemm", "matmul", "add", "mul",
-                "add_channel_constant", "mul_constant_first", "mul_broadcast_first", "global_average_pool", "average_pool",
+                "add_channel_constant", "mul_constant_first", "mul_broadcast_first", "matmul_bias", "mul_channel_rank3", "layer_scale",
+                "global_average_pool", "average_pool",
                 "max_pool", "concat", "sigmoid"]
 INTEGER_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
                "QLinearAveragePool", "QLinearConcat", "QLinearLookup", "MaxPool"}

@@ -208,12 +208,18 @@ def qlinear_gemm(node: Node, b: Builder) -> None:
 
 
 def _broadcast(out_shape, b_shape, layout: str) -> str | None:
-    """How the second operand of an 8-bit binary op meets the first in the kernels' row view."""
-    if tuple(b_shape) == tuple(out_shape):
+    """How the second operand of an 8-bit binary op meets the first in the kernels' row view (rows
+    of the stored last axis): "none", "scalar", or "channel" for one value per element of a row
+    (a conv's per-channel (C, 1, 1) in NHWC storage, a MatMul's bias (N,) in plain storage)."""
+    full = (1,) * (len(out_shape) - len(b_shape)) + tuple(b_shape)
+    if full == tuple(out_shape):
         return "none"
     if math.prod(b_shape) == 1:
         return "scalar"
-    if len(out_shape) == 4 and layout == NHWC and tuple(b_shape) == (1, out_shape[1], 1, 1):
+    if len(full) != len(out_shape):
+        return None
+    axis = 1 if len(out_shape) == 4 and layout == NHWC else len(out_shape) - 1
+    if full[axis] == out_shape[axis] and all(d == 1 for i, d in enumerate(full) if i != axis):
         return "channel"
     return None
 
@@ -234,12 +240,18 @@ def qlinear_binary(node: Node, b: Builder) -> None:
         return fallback(node, b, "int8 activations or a broadcast first operand")
     x = b.read_stored(i[0])
     broadcast = _broadcast(out_shape, b.shape(i[3]), x.layout)
-    if broadcast is None:
+    if broadcast is None and len(out_shape) == 4 and _broadcast(out_shape, b.shape(i[3]), NHWC) == "channel":
+        # per channel of a plane-major tensor (ConvNeXt's layer scale after its permute back):
+        # channels last, one conversion, then the kernel's per-column operand
+        x, broadcast = b.read(i[0], NHWC), "channel"
+    if broadcast is None or (broadcast == "none" and b.is_activation(i[3]) and len(b.shape(i[3])) != len(out_shape)):
         return fallback(node, b, f"broadcast of {b.shape(i[3])} against {out_shape}")
     if not b.is_activation(i[3]):  # a constant operand (a quantized bias or scale): its codes, as stored
         codes = np.asarray(g.const(i[3]))
-        if broadcast == "none" and x.layout == NHWC and codes.ndim == 4:
-            codes = codes.transpose(0, 2, 3, 1)
+        if broadcast == "none":
+            codes = codes.reshape(out_shape)
+            if x.layout == NHWC and codes.ndim == 4:
+                codes = codes.transpose(0, 2, 3, 1)
         other = np.ascontiguousarray(codes.reshape(-1))
     else:
         other = b.read(i[3], x.layout) if broadcast == "none" else b.read(i[3], NCHW)
