@@ -487,8 +487,14 @@ def test_conv_plan_runs_one_group_of_a_wider_tensor():
     K.Qu8ConvPlan(packed, [1, 5, 6, 8], (3, 3), pads=[1, 1, 1, 1]).run(np.ascontiguousarray(x[..., 16:]), want)
     np.testing.assert_array_equal(y[..., 8:], want)
     assert not y[..., :8].any()
-    with pytest.raises(ValueError, match="run past"):
+    with pytest.raises(ValueError, match="x: expected shape"):
         plan.run(x, y, 1, 20, 0)
+    with pytest.raises(ValueError, match="y: expected shape"):
+        plan.run(x, y, 1, 16, 9)
+    six = K.Qu8ConvPlan(K.pack_qu8_conv(i8(r, (4, 3, 3, 6)), None, 3, mult, shift, 7, 0, 255), [1, 5, 6, 6], (3, 3),
+                      pads=[1, 1, 1, 1])
+    with pytest.raises(ValueError, match="run past"):  # channels 18-23 of 24, read as two words: 18-25
+        six.run(x, y, 1, 18, 0)
 
 
 def test_concat_and_lut_refuse_bad_arguments():

@@ -221,8 +221,12 @@ void register_qu8_kernels(py::module_& km) {
         // writes its channels from those offsets on (one group of a grouped convolution).
         if (x.ndim() != 4 || y.ndim() != 4) throw py::value_error("x and y must be NHWC");
         const size_t xc = static_cast<size_t>(x.shape(3)), yc = static_cast<size_t>(y.shape(3));
-        if (x_channel + p.c > xc || y_channel + p.weights->n > yc)
-          throw py::value_error("x_channel / y_channel: the plan's channels run past the arrays'");
+        if (x_channel + p.c > xc)
+          throw py::value_error("x: expected shape (N, H, W, >= x_channel + " + std::to_string(p.c) + "), got " +
+                                std::to_string(xc) + " channels from x_channel " + std::to_string(x_channel));
+        if (y_channel + p.weights->n > yc)
+          throw py::value_error("y: expected shape (N, OH, OW, >= y_channel + " + std::to_string(p.weights->n) +
+                                "), got " + std::to_string(yc) + " channels from y_channel " + std::to_string(y_channel));
         expect_shape(x, {p.n, p.h, p.w, xc}, "x");
         expect_shape(y, {p.n, p.plan.out_h(), p.plan.out_w(), yc}, "y");
         const uint8_t* xp = in_u8(x, "x");
