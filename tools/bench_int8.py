@@ -200,7 +200,7 @@ def sqnr_db(reference: np.ndarray, approx: np.ndarray) -> float:
 
 def accuracy(args) -> list[dict]:
     rows = []
-    for name in _accuracy_models(args.models):
+    for name in _expand_models(args.models):
         graph, kind = load(name)
         calib, held = samples(graph, CALIBRATION, 0, kind), samples(graph, HELD_OUT, 1, kind)
         ref = Session(graph, backend="cpu", optimize=False)
@@ -232,7 +232,7 @@ def accuracy(args) -> list[dict]:
     return rows
 
 
-def _accuracy_models(names: list[str]) -> list[str]:
+def _expand_models(names: list[str]) -> list[str]:
     """``names`` with "real" expanded to the exported real-model catalog ('#' lines name what is
     not exported)."""
     out = []
@@ -387,7 +387,7 @@ def speed(args) -> list[dict]:
         tmp = Path(tmp_name)
         litert = _litert(args)
         try:
-            for name in _accuracy_models(args.models):
+            for name in _expand_models(args.models):
                 if name.startswith("ppocr_"):  # dynamic-shape files fed printed text: the accuracy mode's
                     print(f"# {name} skipped: speed runs the zoo and the real-model catalog", flush=True)
                     continue

@@ -547,11 +547,19 @@ def _output_dtype_concat(node, dtypes):
     return [dtypes[1] if dtypes[1] is not None else dtypes[2]]
 
 
+def rescale_params(x_scale: float, x_zp: int, y_scale: float, y_zp: int) -> tuple[bool, int, int]:
+    """(copy, multiplier, shift) of a rescale to another (scale, zero point): whether both are the
+    same (float32 scales), and the fixed-point multiplier of x_scale / y_scale. The native concat
+    takes its parts' from here, so it copies and rescales exactly where the reference does."""
+    copy = bool(np.float32(x_scale) == np.float32(y_scale) and x_zp == y_zp)
+    return (copy, *fx.quantize_multiplier(np.float64(x_scale) / np.float64(y_scale)))
+
+
 def rescale(x: np.ndarray, x_scale: float, x_zp: int, y_scale: float, y_zp: int, dtype: np.dtype) -> np.ndarray:
     """x requantized to another (scale, zero point): exact copy when they are the same."""
-    if np.float32(x_scale) == np.float32(y_scale) and x_zp == y_zp and x.dtype == dtype:
+    copy, mult, shift = rescale_params(x_scale, x_zp, y_scale, y_zp)
+    if copy and x.dtype == dtype:
         return x
-    mult, shift = fx.quantize_multiplier(np.float64(x_scale) / np.float64(y_scale))
     lo, hi = dtype_range(dtype)
     return fx.requantize_to(x.astype(np.int64) - x_zp, mult, shift, y_zp, lo, hi, dtype)
 

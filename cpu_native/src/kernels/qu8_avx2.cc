@@ -839,25 +839,18 @@ void u8_interleave__avx2(const uint8_t* planes, size_t plane_stride, size_t c, u
   u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
 }
 
-// Table lookup (ukernels.h, Qu8LutUkernel) with vpshufb, which reads 16-byte rows and gives 0 for
-// an index whose bit 7 is set. The table is 16 rows T_0..T_15. First pass, x < 128: v_k = x - 16k
-// by signed saturating subtraction stays >= 0 exactly while k <= x >> 4, so XOR-ing vpshufb of the
-// difference rows D_0 = T_0, D_k = T_k ^ T_(k-1) over k = 0..7 telescopes to T_(x >> 4); a lane
-// with x >= 128 is negative from the start and stays so (saturation), adding nothing. Second pass,
-// the same on x ^ 0x80 with rows T_8..T_15 for x >= 128. 16 shuffles per 32 bytes, no gather.
+#include "kernels/qu8_lut_x86.inl"
+
+// Table lookup (ukernels.h, Qu8LutUkernel): two passes of vpshufb over the table's difference rows
+// (qu8_lut_x86.inl says why they telescope), 32 bytes a step.
 namespace {
 struct LutRows {
-  __m256i d[16];  // D_0..D_7 of T_0..T_7, then of T_8..T_15, each row in both 128-bit lanes
+  __m256i d[16];  // D_0..D_15, each row in both 128-bit lanes
 };
 
 LutRows lut_rows(const uint8_t* table) {
   LutRows r;
-  for (size_t k = 0; k < 16; ++k) {
-    const __m128i row = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * k));
-    const __m128i prev = k % 8 == 0 ? _mm_setzero_si128()
-                                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * (k - 1)));
-    r.d[k] = _mm256_broadcastsi128_si256(_mm_xor_si128(row, prev));
-  }
+  for (size_t k = 0; k < 16; ++k) r.d[k] = _mm256_broadcastsi128_si256(lut_difference_row(table, k));
   return r;
 }
 

@@ -302,16 +302,13 @@ void u8_interleave__avx512skx(const uint8_t* planes, size_t plane_stride, size_t
   u8_interleave_impl::interleave(planes, plane_stride, c, y, n);
 }
 
-// Table lookup: qu8_lut_32x__avx2's two passes of vpshufb over difference rows (qu8_avx2.cc says
-// why they telescope) on 64 bytes a step (AVX-512BW: vpshufb zmm, vpsubsb zmm); masked tail.
+#include "kernels/qu8_lut_x86.inl"
+
+// Table lookup: two passes of vpshufb over the table's difference rows (qu8_lut_x86.inl says why
+// they telescope) on 64 bytes a step (AVX-512BW: vpshufb zmm, vpsubsb zmm); masked tail.
 void qu8_lut_64x__avx512skx(const uint8_t* x, uint8_t* y, size_t n, const uint8_t* table) {
   __m512i d[16];
-  for (size_t k = 0; k < 16; ++k) {
-    const __m128i row = _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * k));
-    const __m128i prev = k % 8 == 0 ? _mm_setzero_si128()
-                                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16 * (k - 1)));
-    d[k] = _mm512_broadcast_i32x4(_mm_xor_si128(row, prev));
-  }
+  for (size_t k = 0; k < 16; ++k) d[k] = _mm512_broadcast_i32x4(lut_difference_row(table, k));
   const __m512i step = _mm512_set1_epi8(16), flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (size_t i = 0; i < n; i += 64) {
     const __mmask64 m = n - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (n - i)) - 1;

@@ -10,7 +10,7 @@ import numpy as np
 
 from ....graph import Node
 from ....ops.quantize import average_multipliers, channel_multipliers, clamp_range, dtype_range, mul_multiplier, \
-    scalar, zero_point
+    rescale_params, scalar, zero_point
 from ....quant import fixedpoint as fx
 from ..program import NCHW, NHWC, Builder, Runner, Slot, Views
 from .base import fallback, lowering, native_kernels
@@ -366,12 +366,11 @@ def qlinear_concat(node: Node, b: Builder) -> None:
     nhwc = len(out_shape) == 4 and any(b.is_activation(p[0]) and b.stored_layout(p[0]) == NHWC for p in parts)
     layout = NHWC if nhwc else NCHW
     stored_axis = _NHWC_AXIS[axis] if nhwc else axis
-    sy, zy = np.float32(scalar(g.const(node.inputs[0]))), zero_point(g.const(node.inputs[1]))
+    sy, zy = scalar(g.const(node.inputs[0])), zero_point(g.const(node.inputs[1]))
     sources, x_zps, mults, shifts, copies = [], [], [], [], []
     for x_name, s_name, z_name in parts:
-        sx, zx = np.float32(scalar(g.const(s_name))), zero_point(g.const(z_name))
-        copy = bool(sx == sy and zx == zy)  # the reference's rescale: an exact copy
-        mult, shift = (0, 0) if copy else fx.quantize_multiplier(np.float64(sx) / np.float64(sy))
+        zx = zero_point(g.const(z_name))
+        copy, mult, shift = rescale_params(scalar(g.const(s_name)), zx, sy, zy)
         if b.is_activation(x_name):
             sources.append(b.read(x_name, layout))
         else:  # a constant part: its codes in the chosen layout
