@@ -433,17 +433,19 @@ def test_qu8_requantize_matches_numpy(isa):
         x_zp, y_zp = [0, 128, 255, 3, 77][case % 5], [128, 0, 255, 9][case % 4]
         qmin, qmax = [(0, 255), (128, 255), (10, 200), (0, 255)][case % 4]
         m = EXTREME_MULTS[case % 9] if case % 3 == 0 else int(r.integers(1 << 30, 1 << 31))
-        y = np.empty_like(x)
-        K.qu8_requantize(x, x_zp, y, y_zp, m, s, qmin, qmax, threads=1 + case % 2, isa=isa)
-        np.testing.assert_array_equal(y, output(x.astype(np.int64) - x_zp, m, s, y_zp, qmin, qmax), err_msg=f"{s}")
+        # and the rounded-once form of the pools, concats and products: shift 0, multiplier < 2^30
+        for m, s in [(m, s), (int(r.integers(1 << 22, 1 << 30)), 0)]:
+            y = np.empty_like(x)
+            K.qu8_requantize(x, x_zp, y, y_zp, m, s, qmin, qmax, threads=1 + case % 2, isa=isa)
+            np.testing.assert_array_equal(y, output(x.astype(np.int64) - x_zp, m, s, y_zp, qmin, qmax),
+                                          err_msg=f"{m} {s}")
 
 
 # ---- concat and table lookup ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_qu8_concat_matches_the_reference_rescale(isa):
-    from edgesdk.ops.quantize import rescale
-    from edgesdk.quant.fixedpoint import quantize_multiplier
+    from edgesdk.ops.quantize import rescale, rescale_params
     r = rng(11)
     y_scale, y_zp = np.float32(0.05), 131
     # (rows, widths): narrow parts of many rows, and one row wider than a task (pieces of a row)
@@ -451,12 +453,11 @@ def test_qu8_concat_matches_the_reference_rescale(isa):
                                            (3, [20000, 1]), (2, [0, 9])]):
         xs = [u8(r, (rows, w)) for w in widths]
         params = [(np.float32(y_scale * s), int(z)) for s, z in
-                  zip(r.choice([1.0, 0.31, 2.7, 1e-4, 300.0], len(widths)), r.integers(0, 256, len(widths)))]
+                  zip(r.choice([1.0, 0.31, 2.7, 1e-4, 300.0, 0.003], len(widths)), r.integers(0, 256, len(widths)))]
         params[0] = (y_scale, y_zp)  # one part a plain copy
-        mults, shifts = zip(*[quantize_multiplier(np.float64(s) / np.float64(y_scale)) for s, _ in params])
-        copies = [s == y_scale and z == y_zp for s, z in params]
+        copies, mults, shifts = zip(*[rescale_params(s, z, y_scale, y_zp) for s, z in params])
         y = np.empty((rows, sum(widths)), np.uint8)
-        K.qu8_concat(xs, [z for _, z in params], list(mults), list(shifts), copies, y, y_zp, threads=1 + case % 2,
+        K.qu8_concat(xs, [z for _, z in params], list(mults), list(shifts), list(copies), y, y_zp, threads=1 + case % 2,
                      isa=isa)
         want = np.concatenate([rescale(x, s, z, y_scale, y_zp, np.dtype(np.uint8)) for x, (s, z) in zip(xs, params)],
                               axis=1)

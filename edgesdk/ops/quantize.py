@@ -409,7 +409,8 @@ def _output_dtype_binary(node, dtypes):
 
 
 def mul_multiplier(a_scale: float, b_scale: float, y_scale: float) -> tuple[int, int]:
-    return fx.quantize_multiplier(np.float64(a_scale) * np.float64(b_scale) / np.float64(y_scale))
+    """(multiplier, shift) of QLinearMul: products of two 8-bit differences, rounded once."""
+    return fx.quantize_multiplier_round_once(np.float64(a_scale) * np.float64(b_scale) / np.float64(y_scale))
 
 
 @qlinear_binary.reference
@@ -451,9 +452,10 @@ def _output_dtype_gap(node, dtypes):
 
 
 def average_multipliers(x_scale: float, y_scale: float, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(multiplier, shift) of x_scale / (y_scale * count) for each count."""
+    """(multiplier, shift) of x_scale / (y_scale * count) for each count (sums of 8-bit
+    differences: rounded once)."""
     counts = np.maximum(np.asarray(counts, np.float64), 1.0)
-    return fx.quantize_multipliers(np.float64(x_scale) / (np.float64(y_scale) * counts))
+    return fx.quantize_multipliers(np.float64(x_scale) / (np.float64(y_scale) * counts), round_once=True)
 
 
 @qlinear_global_average_pool.reference
@@ -549,10 +551,11 @@ def _output_dtype_concat(node, dtypes):
 
 def rescale_params(x_scale: float, x_zp: int, y_scale: float, y_zp: int) -> tuple[bool, int, int]:
     """(copy, multiplier, shift) of a rescale to another (scale, zero point): whether both are the
-    same (float32 scales), and the fixed-point multiplier of x_scale / y_scale. The native concat
-    takes its parts' from here, so it copies and rescales exactly where the reference does."""
+    same (float32 scales), and the fixed-point multiplier of x_scale / y_scale (of 8-bit
+    differences: rounded once). The native concat takes its parts' from here, so it copies and
+    rescales exactly where the reference does."""
     copy = bool(np.float32(x_scale) == np.float32(y_scale) and x_zp == y_zp)
-    return (copy, *fx.quantize_multiplier(np.float64(x_scale) / np.float64(y_scale)))
+    return (copy, *fx.quantize_multiplier_round_once(np.float64(x_scale) / np.float64(y_scale)))
 
 
 def rescale(x: np.ndarray, x_scale: float, x_zp: int, y_scale: float, y_zp: int, dtype: np.dtype) -> np.ndarray:

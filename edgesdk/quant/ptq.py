@@ -107,7 +107,7 @@ def plan_quantization(graph: Graph, *, skip: set[str] | None = None,
     from ..passes import fold_affine  # passes imports this package
     g = graph.copy()
     fold_affine(g)  # a scale and shift after a layer: one quantized tensor instead of three
-    _split_fused_activations(g)
+    _split_fused_activations(g, skip or set())
     capable = {n.name for n in g.nodes if _integer_capable(g, n) and n.name not in (skip or set())}
     capable -= _residual_stream(g)
     if layers is not None:
@@ -138,13 +138,16 @@ def integer_graph(g: Graph, method: str, samples: int, started: float | None = N
 
 
 # -- which ops, which tensors ---------------------------------------------------------------------
-def _split_fused_activations(g: Graph) -> None:
+def _split_fused_activations(g: Graph, skip: set[str]) -> None:
     """Conv+Relu and the like as two nodes again: the QDQ fusion folds Relu/Clip into the
-    integer op's clamp itself, and other activations become 8-bit tables of their own."""
+    integer op's clamp itself, and other activations become 8-bit tables of their own. An op that
+    stays float keeps its activation: split off, the activation would become a table of its own
+    whose input is quantized over both signs before a ReLU drops one (DenseNet-121's 58 float
+    BatchNorm+ReLU: a quantization and a lookup each fewer)."""
     for node in list(g.nodes):
-        act = node.attrs.pop("fused_activation", None)
-        if act is None:
+        if "fused_activation" not in node.attrs or not _integer_capable(g, node) or node.name in skip:
             continue
+        act = node.attrs.pop("fused_activation")
         raw = g.unique_name(f"{node.outputs[0]}.pre_{act.kind.lower()}")
         out = g.tensors[node.outputs[0]]
         g.add_tensor(raw, out.shape, out.dtype)
