@@ -299,6 +299,27 @@ ZOO_MODELS = {"mobilenet_v2": (1, 3, 32, 32), "mobilenet_v3_style": (1, 3, 64, 6
               "squeezenet": (1, 3, 64, 64), "lenet5": None}
 
 
+@pytest.mark.parametrize("optimize", [True, False])
+def test_qdq_pair_on_a_float_weight_runs_on_every_backend(optimize: bool) -> None:
+    """A float weight behind QuantizeLinear -> DequantizeLinear (as exporters that quantize in the
+    graph write it): the import folds the QuantizeLinear, and unoptimized the DequantizeLinear of
+    that constant runs on the reference kernel (the cpu backend once failed with a KeyError)."""
+    from onnx import numpy_helper
+    w = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8, 1, 1)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0.01, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    nodes = [oh.make_node("QuantizeLinear", ["w", "s", "z"], ["wq"]),
+             oh.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"]), oh.make_node("Mul", ["x", "wd"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 3, 3])],
+                          [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 3, 3])], inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    x = np.random.default_rng(3).standard_normal((1, 8, 3, 3)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for backend in BACKENDS:
+        got = edgesdk.Session(model, backend=backend, optimize=optimize).run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=backend)
+
+
 def _zoo(name: str) -> onnx.ModelProto:
     zoo = pytest.importorskip("zoo")
     shape = ZOO_MODELS[name]

@@ -16,8 +16,15 @@ from ..program import NCHW, NHWC, Builder, Runner, Slot, Views
 from .base import fallback, lowering, native_kernels
 
 
-def _per_tensor(b: Builder, node: Node) -> bool:
-    return b.graph.const(node.inputs[1]).size == 1 and (node.input(2) is None or b.graph.const(node.inputs[2]).size == 1)
+def _runtime_per_tensor(b: Builder, node: Node) -> bool:
+    return b.graph.const(node.inputs[0]) is None and \
+        b.graph.const(node.inputs[1]).size == 1 and (node.input(2) is None or b.graph.const(node.inputs[2]).size == 1)
+
+
+def _why_reference(b: Builder, node: Node) -> str:
+    """Why a (De)QuantizeLinear runs on the reference kernel: per-axis, or a constant input (one
+    import folded, a QDQ weight, with optimize=False: the passes would fold the pair)."""
+    return f"constant {node.op} input" if b.graph.const(node.inputs[0]) is not None else f"per-axis {node.op}"
 
 
 # Integer ops whose kernels read NHWC (their lowerings below: b.read(..., NHWC)).
@@ -30,8 +37,8 @@ def _read_channels_last(b: Builder, name: str) -> bool:
 
 @lowering("QuantizeLinear")
 def quantize_linear(node: Node, b: Builder) -> None:
-    if not _per_tensor(b, node):
-        return fallback(node, b, "per-axis QuantizeLinear")
+    if not _runtime_per_tensor(b, node):
+        return fallback(node, b, _why_reference(b, node))
     scale = np.float32(scalar(b.graph.const(node.inputs[1])))
     zp = np.float32(zero_point(b.graph.const(node.input(2))))
     out_dtype = b.graph.tensors[node.outputs[0]].dtype
@@ -75,8 +82,8 @@ def quantize_linear(node: Node, b: Builder) -> None:
 
 @lowering("DequantizeLinear")
 def dequantize_linear(node: Node, b: Builder) -> None:
-    if not _per_tensor(b, node):
-        return fallback(node, b, "per-axis DequantizeLinear")
+    if not _runtime_per_tensor(b, node):
+        return fallback(node, b, _why_reference(b, node))
     scale = np.float32(scalar(b.graph.const(node.inputs[1])))
     zp = np.int32(zero_point(b.graph.const(node.input(2))))
     x = b.read_stored(node.inputs[0])
