@@ -521,6 +521,25 @@ __kernel void dequantize_linear(__global const XQ_T* restrict x, __global const 
 }
 #endif
 
+#ifdef QCONCAT
+// One part of QLinearConcat: x viewed as (OUTER, AX, INNER) goes to y (OUTER, YAX, INNER) at axis
+// offset OFF, rescaled to the output's scale and zero point (ops.quantize.rescale_params: M, S,
+// rounded once), or copied (-DQCOPY=1) where the part's parameters and type are the output's.
+__kernel void qconcat(__global const XQ_T* restrict x, __global YQ_T* restrict y) {
+    const int i = get_global_id(0);
+    if (i >= OUTER * AX * INNER) return;
+    const int inner = i % INNER;
+    const int a = (i / INNER) % AX;
+    const int outer = i / (INNER * AX);
+#if QCOPY
+    const YQ_T v = (YQ_T)x[i];
+#else
+    const YQ_T v = (YQ_T)q_output((long)x[i] - XZP, M, S, YZP, QMIN, QMAX);
+#endif
+    y[(outer * YAX + OFF + a) * INNER + inner] = v;
+}
+#endif
+
 #ifdef QLOOKUP
 // QLinearLookup: y = table[x] (index x for uint8, x + 128 for int8), VEC elements per work-item.
 __kernel void qlookup(__global const XQ_T* restrict x, __global const YQ_T* restrict table,

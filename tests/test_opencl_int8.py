@@ -173,6 +173,26 @@ def lookup_graph(seed: int = 0, shape=(1, 6, 5, 5)) -> Builder:
     return b
 
 
+def concat_graph(seed: int = 0, shapes=((1, 3, 5, 7), (1, 5, 5, 7), (1, 2, 5, 7)), axis: int = 1,
+                 scales=(0.02, None, 0.13), act=U8) -> Builder:
+    """QLinearConcat of parts rescaled down (0.02 / 0.06: the rounded-once multiplier), up (a left
+    shift) and copied (scale None: the output's own parameters)."""
+    b = Builder(seed, act)
+    y = b.out_params(0.06)
+    parts: list[str] = []
+    for k, (shape, scale) in enumerate(zip(shapes, scales)):
+        if scale is None:
+            b.g.add_input(f"x{k}", shape)
+            b.shapes[f"x{k}"] = shape
+            b.g.add_node("QuantizeLinear", [f"x{k}", *y], [f"x{k}.q"], axis=1)
+            parts += [f"x{k}.q", *y]
+        else:
+            parts += b.quantized_input(f"x{k}", shape, scale)
+    b.g.add_node("QLinearConcat", [*y, *parts], ["y.q"], axis=axis)
+    b.output("y.q", *y)
+    return b
+
+
 def per_axis_graph(seed: int = 0, shape=(2, 6, 4, 5), axis: int = 1, act=U8) -> Builder:
     b = Builder(seed, act)
     b.g.add_input("x", shape)
@@ -247,6 +267,8 @@ CASES = {
                                                 strides=(3, 2), dilations=(2, 1), pads=(0, 1, 0, 0), ceil_mode=True,
                                                 storage_order=0),
     "lookup": lambda: lookup_graph(),
+    "concat_channels": lambda: concat_graph(),
+    "concat_last_axis": lambda: concat_graph(shapes=((2, 3, 4), (2, 3, 9)), axis=2, scales=(0.1, 0.035)),
     "per_axis_quantize": lambda: per_axis_graph(),
     "per_axis_quantize_last_axis": lambda: per_axis_graph(shape=(3, 4, 10), axis=2),
 }
@@ -261,9 +283,11 @@ INT8_CASES = {
     "int8_max_pool": lambda: pool_graph(act=S8, op="MaxPool", out=False, kernel_shape=(3, 3), strides=(1, 1),
                                         dilations=(1, 1), pads=(1, 1, 1, 1), ceil_mode=False, storage_order=0),
     "int8_per_axis_quantize": lambda: per_axis_graph(act=S8),
+    "int8_concat": lambda: concat_graph(act=S8, shapes=((1, 4, 3, 3), (1, 4, 3, 3)), scales=(None, 0.031)),
 }
 INTEGER_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QGemm", "QLinearMatMul", "QLinearAdd",
-               "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearLookup", "MaxPool"}
+               "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearLookup", "QLinearConcat",
+               "MaxPool"}
 
 
 def check_exact(builder: Builder, optimize: bool = True, placement: str = "opencl") -> edgesdk.Session:
@@ -419,7 +443,9 @@ def test_fp16_session_moves_float_tensors_between_int8_ops_as_half() -> None:
 
 
 # -- what still falls back -------------------------------------------------------------------------
-def test_concat_and_other_8bit_moves_still_fall_back_with_a_reason() -> None:
+def test_8bit_moves_without_a_kernel_fall_back_with_a_reason() -> None:
+    """A Transpose of codes runs on the reference kernel (with its reason); the QLinearConcat that
+    reads it runs on its OpenCL kernel."""
     b = Builder(5)
     x = b.quantized_input("x", (1, 4, 6, 6))
     b.g.add_node("Transpose", [x[0]], ["t.q"], perm=(0, 1, 3, 2))
@@ -428,7 +454,8 @@ def test_concat_and_other_8bit_moves_still_fall_back_with_a_reason() -> None:
     ocl = edgesdk.Session(b.g, backend="opencl")
     reasons = {n.op: ocl._impl.fallback_reasons.get(n.name) for n in ocl.graph.nodes}
     assert reasons["Transpose"] == "8-bit tensors: no OpenCL int8 kernel yet", reasons
-    assert reasons["QLinearConcat"] == "no OpenCL kernel for QLinearConcat", reasons
+    assert reasons["QLinearConcat"] is None and ocl._impl.placements[next(
+        n.name for n in ocl.graph.nodes if n.op == "QLinearConcat")] == "opencl", reasons
     assert reasons["QuantizeLinear"] is None and reasons["DequantizeLinear"] is None, reasons
     ref = edgesdk.Session(b.g, backend="reference")
     feeds = b.feeds()
@@ -487,7 +514,7 @@ def test_ptq_zoo_model_on_opencl_equals_reference(name: str) -> None:
 # -- Oclgrind ---------------------------------------------------------------------------------------
 OCLGRIND_CASES = ["conv3x3", "conv_asym_pads", "conv_odd_channels", "depthwise_stride2", "depthwise_5x5_wide",
                   "gemm_transb_bias", "add_broadcast_both", "mul_same", "global_average_pool_wide",
-                  "average_pool_ceil_pads_counted", "max_pool_ceil_dilated", "lookup", "per_axis_quantize",
+                  "average_pool_ceil_pads_counted", "max_pool_ceil_dilated", "lookup", "concat_channels", "per_axis_quantize",
                   "int8_conv_clamp", "int8_depthwise"]
 OCLGRIND_DOT_CASES = ["conv_odd_channels", "gemm_no_transb", "int8_conv_clamp"]
 

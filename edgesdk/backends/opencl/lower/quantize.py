@@ -32,7 +32,7 @@ import numpy as np
 from ....graph import Node
 from ....ops.geometry import pool_sweep
 from ....ops.quantize import (QUANTIZED_DTYPES, average_multipliers, channel_multipliers, clamp_range,
-                              dtype_range, mul_multiplier, scalar, window_counts, zero_point)
+                              dtype_range, mul_multiplier, rescale_params, scalar, window_counts, zero_point)
 from ....quant import fixedpoint as fx
 from ....runtime.precision import round_constant
 from ..kernels import KERNELS, DeviceBuffer, Launch, LoweringContext, NotLowerable, ceil_div, kernel, storage_defines
@@ -283,6 +283,31 @@ def qlinear_lookup(ctx: LoweringContext, node: Node) -> list[Launch]:
                        (ceil_div(y.size, ctx.vec),), "eltwise")]
 
 
+@kernel("QLinearConcat")
+def qlinear_concat(ctx: LoweringContext, node: Node) -> list[Launch]:
+    """One launch per part (as the float Concat), each rescaled to the output's parameters with the
+    reference's multipliers (rescale_params) or copied."""
+    y = ctx.act(node.outputs[0])
+    y_dtype = _dtype(ctx, node.outputs[0])
+    axis = node.attrs["axis"] % len(y.shape)
+    y_scale, y_zp = scalar(_const(ctx, node.inputs[0])), zero_point(_const(ctx, node.input(1)))
+    outer, inner = math.prod(y.shape[:axis]), math.prod(y.shape[axis + 1:])
+    lo, hi = dtype_range(y_dtype)
+    parts = node.inputs[2:]
+    launches, offset = [], 0
+    for x_name, s_name, z_name in zip(parts[0::3], parts[1::3], parts[2::3]):
+        x, x_dtype = _act(ctx, x_name), _dtype(ctx, x_name)
+        x_zp = zero_point(_const(ctx, z_name))
+        copy, mult, shift = _multipliers(rescale_params, scalar(_const(ctx, s_name)), x_zp, y_scale, y_zp)
+        defines = {"QCONCAT": 1, "OUTER": outer, "AX": x.shape[axis], "INNER": inner, "YAX": y.shape[axis],
+                   "OFF": offset, "QCOPY": int(copy and x_dtype == y_dtype), "M": mult, "S": shift, "XZP": x_zp,
+                   "YZP": y_zp, "QMIN": lo, "QMAX": hi, "XQ_S": _signed(x_dtype), "YQ_S": _signed(y_dtype)}
+        if x.size:
+            launches.append(ctx.launch(FILE, "qconcat", defines, [x.buffer, y.buffer], (x.size,), "eltwise"))
+        offset += x.shape[axis]
+    return launches
+
+
 # -- QuantizeLinear / DequantizeLinear --------------------------------------------------------------
 def _axis_params(ctx: LoweringContext, node: Node, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, dict]:
     """Scale (float32) and zero point (int32) arrays and the kernel's INNER / AXD constants."""
@@ -387,6 +412,6 @@ def max_pool_8bit(ctx: LoweringContext, node: Node) -> list[Launch]:
 # What the backend runs for a node that reads or writes an 8-bit tensor: these lowerings, and
 # for any other op the reference kernel ("8-bit tensors: no OpenCL int8 kernel yet").
 INTEGER_KERNELS = {op: KERNELS[op] for op in ("QLinearConv", "QGemm", "QLinearMatMul", "QLinearAdd", "QLinearMul",
-                                              "QLinearLookup", "QuantizeLinear", "DequantizeLinear",
+                                              "QLinearLookup", "QLinearConcat", "QuantizeLinear", "DequantizeLinear",
                                               "QLinearGlobalAveragePool", "QLinearAveragePool")}
 INTEGER_KERNELS["MaxPool"] = max_pool_8bit
