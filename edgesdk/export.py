@@ -280,7 +280,9 @@ def _conv(ex, node, out, name):
 
 
 @_writer("MaxPool", "AveragePool")
-def _pool(ex, node, out, name):
+def _pool(ex, node, out, name, x: str | None = None):
+    """``x``: the exported input when it is not the node's own (a QLinearAveragePool's dequantized
+    codes: the pads come from the node's input, of the same shape, which the graph knows)."""
     a = node.attrs
     pads, ceil_mode = _pool_pads(ex.graph, node)
     attrs = dict(kernel_shape=_ints(a["kernel_shape"]), strides=_ints(a["strides"]), pads=pads,
@@ -292,7 +294,7 @@ def _pool(ex, node, out, name):
             attrs["dilations"] = dilations  # _required_opset chose opset 19 for it
     else:
         attrs["dilations"] = dilations
-    ex.emit(node.op, node.inputs[:1], [out], name, **attrs)
+    ex.emit(node.op, [x or node.inputs[0]], [out], name, **attrs)
 
 
 def _pool_pads(graph: Graph, node: Node) -> tuple[list[int], bool]:
@@ -594,7 +596,7 @@ def _qlinear_pool(ex, node, out, name):
     if node.op == "QLinearGlobalAveragePool":
         ex.emit("GlobalAveragePool", [x], [y], name)
     else:
-        _pool(ex, Node("AveragePool", name, [x], [y], node.attrs), y, name)
+        _pool(ex, Node("AveragePool", name, [i[0]], [y], node.attrs), y, name, x)
     _q_out(ex, node, y, i[3], i[4], out, name)
 
 

@@ -217,11 +217,18 @@ def _single_op(kind: str):
         return [oh.make_node("GlobalAveragePool", ["x"], ["y"])], x, {}
     if kind == "average_pool":
         return [oh.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], x, {}
+    if kind == "average_pool_ceil":  # 9 -> 5: the last window hangs over the edge
+        return [oh.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)], x, {}
     if kind == "max_pool":
         nodes, consts = _conv(8, 8, act="Relu")
         nodes[-1].output[0] = "r"
         return nodes + [oh.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], \
             x, consts
+    if kind == "max_pool_ceil":  # SqueezeNet's: 3x3 stride 2 with ceil_mode, 10 -> 5 (floor: 4)
+        nodes, consts = _conv(8, 8, act="Relu")
+        nodes[-1].output[0] = "r"
+        return nodes + [oh.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)], \
+            {"x": (1, 8, 10, 10)}, consts
     if kind == "concat":
         nodes, consts = _conv(8, 8)
         nodes[0].output[0] = "c"
@@ -234,8 +241,8 @@ def _single_op(kind: str):
 SINGLE_KINDS = ["conv", "conv_relu", "conv_relu6", "conv_stride2_pad0", "conv_dilated", "conv_grouped", "conv_grouped_strided",
                 "conv_depthwise", "conv_1x1", "conv_hardswish", "gemm", "matmul", "add", "mul",
                 "add_channel_constant", "mul_constant_first", "mul_broadcast_first", "matmul_bias", "mul_channel_rank3", "layer_scale",
-                "global_average_pool", "average_pool",
-                "max_pool", "concat", "sigmoid"]
+                "global_average_pool", "average_pool", "average_pool_ceil",
+                "max_pool", "max_pool_ceil", "concat", "sigmoid"]
 INTEGER_OPS = {"QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
                "QLinearAveragePool", "QLinearConcat", "QLinearLookup", "MaxPool"}
 
@@ -251,7 +258,7 @@ def _feeds(inputs: dict[str, tuple[int, ...]], n: int, seed: int = 0) -> list[di
 def test_one_quantized_op_matches_onnxruntime_within_one_step(kind: str, activation: str, backend: str) -> None:
     nodes, inputs, consts = _single(kind)
     # ONNX Runtime's QDQ format leaves AveragePool in float: its QOperator format has QLinearAveragePool.
-    fmt = QuantFormat.QOperator if kind == "average_pool" else QuantFormat.QDQ
+    fmt = QuantFormat.QOperator if kind.startswith("average_pool") else QuantFormat.QDQ
     model = quantize_with_ort(graph_model(nodes, inputs, ["y"], consts), _feeds(inputs, 8), activation, fmt=fmt)
     for feed in _feeds(inputs, 3, seed=1):
         err, sess = lsb_error(model, feed, backend)
@@ -645,7 +652,7 @@ def test_every_integer_op_exports(kind: str, tmp_path: Path) -> None:
     and the same outputs."""
     from edgesdk.export import export_onnx
     nodes, inputs, consts = _single(kind)
-    fmt = QuantFormat.QOperator if kind == "average_pool" else QuantFormat.QDQ
+    fmt = QuantFormat.QOperator if kind.startswith("average_pool") else QuantFormat.QDQ
     model = quantize_with_ort(graph_model(nodes, inputs, ["y"], consts), _feeds(inputs, 8), "int8", fmt=fmt)
     sess = edgesdk.Session(model, backend="reference")
     path = tmp_path / "exported.onnx"

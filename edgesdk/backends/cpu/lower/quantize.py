@@ -9,6 +9,7 @@ from functools import partial
 import numpy as np
 
 from ....graph import Node
+from ....ops.geometry import pool_sweep
 from ....ops.quantize import average_multipliers, channel_multipliers, clamp_range, dtype_range, mul_multiplier, \
     rescale_params, scalar, zero_point
 from ....quant import fixedpoint as fx
@@ -313,8 +314,12 @@ def qlinear_average_pool(node: Node, b: Builder) -> None:
     g, k = b.graph, native_kernels()
     i = node.inputs
     a = node.attrs
-    if not _uint8(b, i[0], node.outputs[0]) or a["ceil_mode"]:
-        return fallback(node, b, "int8 activations or ceil_mode")
+    if not _uint8(b, i[0], node.outputs[0]) or len(b.shape(i[0])) != 4:
+        return fallback(node, b, "int8 activations or a rank other than 4")
+    pads = _sweep_pads(node, b)
+    if a["count_include_pad"] and pads != list(a["pads"]):
+        # The kernel would count the ceil_mode overhang as padding; the reference does not.
+        return fallback(node, b, "average pool counting pads with a ceil_mode overhang")
     taps = math.prod(a["kernel_shape"])
     mult, shift = average_multipliers(scalar(g.const(i[1])), scalar(g.const(i[3])), np.arange(taps + 1))
     x = b.read(i[0], NHWC)
@@ -322,22 +327,29 @@ def qlinear_average_pool(node: Node, b: Builder) -> None:
     threads = b.threads_for(node)
     b.emit(node, "native", lambda v: partial(
         k.qu8_avgpool, v[x], zero_point(g.const(i[2])), v[y], zero_point(g.const(i[4])), mult, shift, 0, 255,
-        tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]), list(a["pads"]),
+        tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]), pads,
         bool(a["count_include_pad"]), threads), "int8 average pool")
+
+
+def _sweep_pads(node: Node, b: Builder) -> list[int]:
+    """The pads the kernels sweep: ceil_mode's overhang is more end padding (skipped taps)."""
+    shape = b.shape(node.inputs[0])
+    return list(pool_sweep(node, shape[2], shape[3])[1])
 
 
 def uint8_max_pool(node: Node, b: Builder) -> None:
     """MaxPool on a uint8 tensor (pool.py sends it here): the max of codes is the code of the max."""
     k = native_kernels()
     a = node.attrs
-    if b.graph.tensors[node.inputs[0]].dtype != np.uint8 or a["ceil_mode"] or len(b.shape(node.inputs[0])) != 4:
-        return fallback(node, b, "int8 or ceil_mode max pool")
+    if b.graph.tensors[node.inputs[0]].dtype != np.uint8 or len(b.shape(node.inputs[0])) != 4:
+        return fallback(node, b, "int8 max pool, or a rank other than 4")
+    pads = _sweep_pads(node, b)
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
     threads = b.threads_for(node)
     b.emit(node, "native", lambda v: partial(
         k.qu8_maxpool, v[x], v[y], tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]),
-        list(a["pads"]), threads), "uint8 max pool")
+        pads, threads), "uint8 max pool")
 
 
 @lowering("QLinearLookup")
