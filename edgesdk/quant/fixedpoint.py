@@ -7,6 +7,10 @@ no floating point:
 
     requantize(acc) = RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(acc << left, multiplier), right)
 
+Ops whose accumulators are small (a concat's rescale, average pools, Mul) take the same formula
+with the right shift folded into a smaller multiplier (:func:`quantize_multiplier_round_once`),
+so that it rounds once.
+
 The C++ kernels (cpu_native/src/kernels, the ``qu8_*`` families) implement exactly these
 formulas; the numpy versions here are what the reference backend runs and what the kernel tests
 compare with, so they are written in int64 numpy arithmetic that cannot wrap.
