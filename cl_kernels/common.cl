@@ -332,6 +332,13 @@ inline float hsum(floatV v) {
 }
 
 // max / min where a NaN operand wins (numpy's max and min; fmax / fmin would drop the NaN).
+// Concat: element i of a part viewed as (outer, ax, INNER) -> its index in the output (outer,
+// yax, INNER) at axis offset off (tensor.cl's concat_copy, quantize.cl's qconcat).
+inline int concat_index(int i, int ax, int inner, int yax, int off) {
+    const int outer = i / (inner * ax);
+    return (outer * yax + off + (i / inner) % ax) * inner + i % inner;
+}
+
 inline float nan_max(float a, float b) { return (a > b || isnan(a)) ? a : b; }
 inline float nan_min(float a, float b) { return (a < b || isnan(a)) ? a : b; }
 

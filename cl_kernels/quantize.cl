@@ -528,15 +528,12 @@ __kernel void dequantize_linear(__global const XQ_T* restrict x, __global const 
 __kernel void qconcat(__global const XQ_T* restrict x, __global YQ_T* restrict y) {
     const int i = get_global_id(0);
     if (i >= OUTER * AX * INNER) return;
-    const int inner = i % INNER;
-    const int a = (i / INNER) % AX;
-    const int outer = i / (INNER * AX);
 #if QCOPY
     const YQ_T v = (YQ_T)x[i];
 #else
     const YQ_T v = (YQ_T)q_output((long)x[i] - XZP, M, S, YZP, QMIN, QMAX);
 #endif
-    y[(outer * YAX + OFF + a) * INNER + inner] = v;
+    y[concat_index(i, AX, INNER, YAX, OFF)] = v;
 }
 #endif
 

@@ -7,10 +7,7 @@
 __kernel void concat_copy(__global const X_T* restrict x, __global Y_T* restrict y) {
     const int i = get_global_id(0);
     if (i >= OUTER * AX * INNER) return;
-    const int inner = i % INNER;
-    const int a = (i / INNER) % AX;
-    const int outer = i / (INNER * AX);
-    STORE_Y(y, (outer * YAX + OFF + a) * INNER + inner, LOAD_X(x, i));
+    STORE_Y(y, concat_index(i, AX, INNER, YAX, OFF), LOAD_X(x, i));
 }
 #endif
 

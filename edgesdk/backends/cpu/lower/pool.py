@@ -21,19 +21,28 @@ def pool(node: Node, b: Builder) -> None:
     if len(shape) != 4:
         return fallback(node, b, "pooling over a rank other than 4")
     a = node.attrs
-    _, sweep_pads = pool_sweep(node, shape[2], shape[3])
-    overhang = tuple(s - p for s, p in zip(sweep_pads, a["pads"])) != (0, 0, 0, 0)
+    sweep_pads, why_not = swept_pads(node, b)
+    if why_not:
+        return fallback(node, b, why_not)
     average = node.op == "AveragePool"
     include_pad = bool(average and a["count_include_pad"])
-    if include_pad and overhang:
-        # The kernel would count the ceil_mode overhang as padding; the reference does not.
-        return fallback(node, b, "AveragePool counting pads with a ceil_mode overhang")
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
     fn = k.avg_pool if average else k.max_pool
     args = (tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]), list(sweep_pads), include_pad)
     act, threads = fused_act(node), b.threads_for(node)
     b.emit(node, "native", lambda v: partial(fn, v[x], v[y], *args, *act, threads), node.op)
+
+
+def swept_pads(node: Node, b: Builder) -> tuple[list[int], str | None]:
+    """The pads the native pools sweep (ceil_mode's overhang is more end padding: skipped taps),
+    and why they cannot take them, if so: an average counting pads would count the overhang as
+    padding, and the reference does not. The float and the uint8 pools both ask here."""
+    shape = b.shape(node.inputs[0])
+    pads = list(pool_sweep(node, shape[2], shape[3])[1])
+    if node.op.endswith("AveragePool") and node.attrs["count_include_pad"] and pads != list(node.attrs["pads"]):
+        return pads, f"{node.op} counting pads with a ceil_mode overhang"
+    return pads, None
 
 
 @lowering("GlobalAveragePool", "GlobalMaxPool")

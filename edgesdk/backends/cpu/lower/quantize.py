@@ -9,12 +9,12 @@ from functools import partial
 import numpy as np
 
 from ....graph import Node
-from ....ops.geometry import pool_sweep
 from ....ops.quantize import average_multipliers, channel_multipliers, clamp_range, dtype_range, mul_multiplier, \
     rescale_params, scalar, zero_point
 from ....quant import fixedpoint as fx
 from ..program import NCHW, NHWC, Builder, Runner, Slot, Views
 from .base import fallback, lowering, native_kernels
+from .pool import swept_pads
 
 
 def _runtime_per_tensor(b: Builder, node: Node) -> bool:
@@ -316,10 +316,9 @@ def qlinear_average_pool(node: Node, b: Builder) -> None:
     a = node.attrs
     if not _uint8(b, i[0], node.outputs[0]) or len(b.shape(i[0])) != 4:
         return fallback(node, b, "int8 activations or a rank other than 4")
-    pads = _sweep_pads(node, b)
-    if a["count_include_pad"] and pads != list(a["pads"]):
-        # The kernel would count the ceil_mode overhang as padding; the reference does not.
-        return fallback(node, b, "average pool counting pads with a ceil_mode overhang")
+    pads, why_not = swept_pads(node, b)
+    if why_not:
+        return fallback(node, b, why_not)
     taps = math.prod(a["kernel_shape"])
     mult, shift = average_multipliers(scalar(g.const(i[1])), scalar(g.const(i[3])), np.arange(taps + 1))
     x = b.read(i[0], NHWC)
@@ -331,11 +330,6 @@ def qlinear_average_pool(node: Node, b: Builder) -> None:
         bool(a["count_include_pad"]), threads), "int8 average pool")
 
 
-def _sweep_pads(node: Node, b: Builder) -> list[int]:
-    """The pads the kernels sweep: ceil_mode's overhang is more end padding (skipped taps)."""
-    shape = b.shape(node.inputs[0])
-    return list(pool_sweep(node, shape[2], shape[3])[1])
-
 
 def uint8_max_pool(node: Node, b: Builder) -> None:
     """MaxPool on a uint8 tensor (pool.py sends it here): the max of codes is the code of the max."""
@@ -343,7 +337,7 @@ def uint8_max_pool(node: Node, b: Builder) -> None:
     a = node.attrs
     if b.graph.tensors[node.inputs[0]].dtype != np.uint8 or len(b.shape(node.inputs[0])) != 4:
         return fallback(node, b, "int8 max pool, or a rank other than 4")
-    pads = _sweep_pads(node, b)
+    pads, _ = swept_pads(node, b)  # a max counts no pads
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
     threads = b.threads_for(node)
