@@ -7,6 +7,7 @@ Public through :mod:`edgesdk.compress`::
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ class PackResult:
     accuracy: float | None
     baseline_accuracy: float | None
     dataset: str | None
+    float_fallback: dict | None = None  # what --min-sqnr kept in float and measured
+    recipe: dict | None = None  # the recipe stored in the package (Recipe.to_dict), --min-sqnr's choice included
 
     @property
     def ratio(self) -> float:
@@ -70,7 +73,8 @@ class PackResult:
         return {"source": self.source, "output": self.output, "source_bytes": self.source_bytes,
                 "package_bytes": self.package_bytes, "ratio": self.ratio, "accuracy": self.accuracy,
                 "baseline_accuracy": self.baseline_accuracy, "dataset": self.dataset,
-                "layers": [r.to_dict() for r in self.layers]}
+                "layers": [r.to_dict() for r in self.layers],
+                **({"float_fallback": self.float_fallback} if self.float_fallback is not None else {})}
 
 
 def compress_model(source: ModelSource, recipe: Recipe | None = None, *, input_shapes=None,
@@ -95,7 +99,8 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
                data: Dataset | None = None, input_shapes=None, outputs: list[str] | None = None,
                graph: Graph | None = None,
                progress: Progress | None = None, max_drop: float | None = None,
-               unmatched: Unmatched = "warn", calibration=None, calibration_method: str | None = None) -> PackResult:
+               unmatched: Unmatched = "warn", calibration=None, calibration_method: str | None = None,
+               min_sqnr: float | None = None) -> PackResult:
     """Compress ``source`` with ``recipe`` and write the .edgepkg package ``output``.
 
     ``source`` is a path (.onnx or .edgepkg), an ``onnx.ModelProto`` or a :class:`Graph`. With
@@ -109,7 +114,11 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     (``edgesdk.quant.ptq.quantize_graph``, ranges by ``calibration_method``: minmax, percentile or
     mse; default the recipe's ``calibration`` entry, else minmax; its ``weight_bits``, 8 or 7, sets the
     weights' range, see ``edgesdk.quant.ptq.weight_qmax``): the layers whose recipe settings
-    say ``int8`` (mixed precision), or the whole model when no layer does. A recipe with int8
+    say ``int8`` (mixed precision), or the whole model when no layer does; nodes named by its
+    ``keep_float`` stay float. ``min_sqnr`` (dB) keeps float the tensors that cost most until the
+    int8 model's SQNR against fp32 reaches it, on ``data``'s inputs (else the calibration samples;
+    ``edgesdk.quant.float_fallback``), and records the nodes in the stored recipe's ``keep_float``, so
+    packing with that recipe gives the same bytes without searching again. A recipe with int8
     layers needs ``calibration``. The package is written atomically (temp file + rename)."""
     from .package import save_package
 
@@ -125,6 +134,9 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     if int8_layers and calibration is None:
         raise InputError(f"the recipe runs {len(int8_layers)} layer(s) in int8 ({', '.join(sorted(int8_layers)[:3])}"
                          f"{', ...' if len(int8_layers) > 3 else ''}): give calibration inputs (--calib DATA)")
+    if min_sqnr is not None and calibration is None:
+        raise InputError("--min-sqnr chooses which tensors of an int8 model stay float: add --int8 and --calib DATA")
+    fallback = None
     if calibration is not None:
         from .quant.ptq import quantize_graph
         float_graph = graph
@@ -132,8 +144,14 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
         method = calibration_method or settings.get("method", "minmax")
         samples = calibration[: settings["samples"]] if "samples" in settings else calibration
         whole = not int8_layers or recipe.default.quantizes and len(int8_layers) == len(_layer_names(graph))
-        graph, _ = quantize_graph(float_graph, samples, method=method, progress=progress,
-                                  layers=None if whole else int8_layers, weight_bits=settings.get("weight_bits", 8))
+        keep = _keep_float(float_graph, settings.get("keep_float", []))
+        graph, report = quantize_graph(float_graph, samples, method=method, progress=progress, skip=keep,
+                                       layers=None if whole else int8_layers, weight_bits=settings.get("weight_bits", 8),
+                                       min_sqnr=min_sqnr, eval_inputs=None if data is None else data.x)
+        fallback = report.float_fallback
+        if fallback is not None:  # the stored recipe reproduces the choice without searching
+            recipe = dataclasses.replace(recipe, calibration={
+                **settings, "keep_float": sorted(keep | set(fallback["keep_float"]))})
         reports = _int8_reports(graph, float_graph, reports)
         from .quant.encode import encode_int8_weights
         reports = encode_int8_weights(graph, reports)  # int8 CSR where the zeros make it smaller
@@ -155,7 +173,21 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
     save_package(graph, output, metadata=metadata,
                  progress=(lambda done, total: progress(done, total, "writing")) if progress else None)
     return PackResult(label, str(output), source_bytes, Path(output).stat().st_size,
-                      reports, accuracy, baseline, data.name if data is not None else None)
+                      reports, accuracy, baseline, data.name if data is not None else None, fallback,
+                      recipe.to_dict())
+
+
+def _keep_float(graph: Graph, names: list[str]) -> set[str]:
+    """A recipe's ``keep_float`` nodes, each checked to name a node of ``graph`` (or a fused
+    activation split off one: ``conv.relu``), else a RecipeError saying which."""
+    known = {n.name for n in graph.nodes}
+    unknown = [n for n in names if n not in known and n.rsplit(".", 1)[0] not in known]
+    if unknown:
+        from .compress.recipe import RecipeError
+        raise RecipeError(f"calibration.keep_float names {len(unknown)} node(s) this model does not have "
+                          f"({', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}): the recipe is for another "
+                          f"model or export; pack with --min-sqnr DB to choose again")
+    return set(names)
 
 
 def _six_digits(value: float | None) -> float | None:

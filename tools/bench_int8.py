@@ -209,12 +209,19 @@ def accuracy(args) -> list[dict]:
         row = {"model": name}
         for method in args.methods:
             started = time.perf_counter()
-            qgraph, report = quantize_graph(graph, calib, method=method, weight_bits=args.weight_bits)
+            qgraph, report = quantize_graph(graph, calib, method=method, weight_bits=args.weight_bits,
+                                            min_sqnr=args.min_sqnr)
             got = _run_all(Session(qgraph, backend=args.backend, optimize=False), input_name, held)
             row[method] = round(sqnr_db(np.concatenate(want), np.concatenate(got)), 1)
             if kind is not None:
                 row[f"{method}_task"] = task_agreement(kind, want, got)
             row[f"{method}_float_ops"] = len(report.float_ops)
+            if report.float_fallback is not None:  # --min-sqnr: measured on the calibration inputs, not held out
+                fb = report.float_fallback
+                row[f"{method}_all_int8_calib"] = fb["int8_sqnr_db"]
+                row[f"{method}_kept_float"] = len(fb["tensors"])
+                row[f"{method}_float_macs"] = fb["float_macs_share"]
+                row[f"{method}_plans"] = fb["evaluations"]
             row[f"{method}_seconds"] = round(time.perf_counter() - started, 1)
         if args.ort:
             with tempfile.TemporaryDirectory() as tmp:
@@ -406,7 +413,7 @@ def _speed_model(args, name: str, tmp: Path, litert: LiteRT | None) -> list[dict
     optimize(graph)
     calib = samples(graph, CALIBRATION, 0, None)
     held = samples(graph, HELD_OUT, 1, None)
-    qgraph, _ = quantize_graph(graph, calib, method="minmax", weight_bits=args.weight_bits)
+    qgraph, _ = quantize_graph(graph, calib, method="minmax", weight_bits=args.weight_bits, min_sqnr=args.min_sqnr)
     ort_q = ort_quantized(path, calib, graph.inputs[0], tmp, args.weight_bits)
     input_name = graph.inputs[0]
     one = samples(graph, 1, 2, None)
@@ -494,7 +501,9 @@ def main(argv=None) -> int:
     a.add_argument("--ort", action="store_true", help="also ONNX Runtime's int8 (quantize_static, min-max, the "
                    "same calibration inputs) against edgesdk fp32")
     a.add_argument("--weight-bits", type=int, choices=[8, 7], default=8, help="int8 weights' range (7: [-64, 64])")
-    s = sub.add_parser("speed")
+    for sp in (a, s := sub.add_parser("speed")):
+        sp.add_argument("--min-sqnr", type=float, metavar="DB", help="edgesdk int8 keeps float the tensors that "
+                        "cost most until its SQNR on the calibration inputs reaches DB (pack --min-sqnr)")
     s.add_argument("--models", nargs="+", default=SPEED_MODELS)
     s.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     s.add_argument("--rounds", type=int, default=5)

@@ -85,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="backend the search measures on (latency objective: the one you deploy to; default auto)")
     budget.add_argument("--sensitivity-samples", type=int, default=512, metavar="N",
                         help="calibration samples each layer's damage is measured on (default 512)")
+    p.add_argument("--min-sqnr", type=float, metavar="DB",
+                   help="with --int8: keep in float the tensors that cost most until the int8 model's SQNR against "
+                        "fp32 reaches DB on --eval's inputs (else --calib's), e.g. 30; the choice is saved as a recipe")
     budget.add_argument("--save-recipe", metavar="PATH",
-                        help="where the chosen plan is written as a recipe (default: OUTPUT with .recipe.json); "
+                        help="where the chosen plan (--max-drop or --min-sqnr) is written as a recipe (default: OUTPUT "
+                             "with .recipe.json); "
                              "`pack --recipe PATH --calib DATA` reproduces the package")
     p.set_defaults(func=cmd_pack)
 

@@ -78,10 +78,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
     from ..progress import Progress
     if _searches(args):
         return _pack_within_budget(args)
-    for flag in ("objective", "save_recipe"):
-        if getattr(args, flag):
-            raise InputError(f"--{flag.replace('_', '-')} is for the accuracy budget search: "
-                             "--max-drop PP --calib DATA without --recipe, recipe flags or --int8")
+    if args.objective:
+        raise InputError("--objective is for the accuracy budget search: "
+                         "--max-drop PP --calib DATA without --recipe, recipe flags or --int8")
+    if args.save_recipe and args.min_sqnr is None:
+        raise InputError("--save-recipe writes the plan a search chose: add --min-sqnr DB (with --int8), or use "
+                         "--max-drop PP --calib DATA without --recipe, recipe flags or --int8")
     if args.max_drop is not None and not args.eval:
         raise InputError("--max-drop needs --eval DATA: the accuracy drop is measured on that dataset "
                          "(or give --calib DATA without a recipe to search for a plan within the budget)")
@@ -90,6 +92,14 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.int8:
         recipe = _whole_model_int8(recipe)
     calibration = _calibration(args, recipe)
+    recipe_path = None
+    if args.min_sqnr is not None:
+        from ..quant.float_fallback import check_min_sqnr
+        check_min_sqnr(args.min_sqnr)
+        if calibration is None:
+            raise InputError("--min-sqnr chooses which tensors of an int8 model stay float: add --int8 --calib DATA")
+        recipe_path = Path(args.save_recipe) if args.save_recipe else Path(args.output).with_suffix(".recipe.json")
+        check_output_folder(str(recipe_path))
     if args.int8_weight_bits is not None:
         import dataclasses
         recipe = dataclasses.replace(recipe, calibration={**(recipe.calibration or {}),
@@ -100,15 +110,35 @@ def cmd_pack(args: argparse.Namespace) -> int:
         result = pack_model(args.model, args.output, recipe, data=data, input_shapes=shapes, progress=bar,
                             outputs=parse_outputs(args.outputs),
                             max_drop=args.max_drop, unmatched="error" if args.strict_recipe else "warn",
-                            calibration=calibration, calibration_method=args.calib_method)
+                            calibration=calibration, calibration_method=args.calib_method, min_sqnr=args.min_sqnr)
     except AccuracyDropError as exc:
         raise exc.with_hint("try a gentler recipe (lower --prune, higher --cluster-bits), `edgesdk finetune` "
                             "with the same recipe, or a larger --max-drop") from None
+    if recipe_path is not None:
+        from ..fileio import atomic_write_text
+        atomic_write_text(recipe_path, json.dumps(result.recipe, indent=2, sort_keys=True) + "\n")
     if args.json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), **({"recipe_file": str(recipe_path)} if recipe_path else {})})
         return 0
     _print_pack_result(args, result)
+    if result.float_fallback is not None:
+        _print_float_fallback(args, result.float_fallback, recipe_path)
     return 0
+
+
+def _print_float_fallback(args: argparse.Namespace, fallback: dict, recipe_path: Path) -> None:
+    """What --min-sqnr kept in float and the SQNR it measured."""
+    def db(value):
+        return "inf" if value is None else f"{value:.1f} dB"
+    kept = fallback["tensors"]
+    print(f"\nmin-sqnr: all-int8 {db(fallback['int8_sqnr_db'])} -> {db(fallback['sqnr_db'])} against fp32 "
+          f"(target {fallback['target_db']:g} dB, {fallback['samples']} inputs, {fallback['evaluations']} plans measured)")
+    if kept:
+        print(f"kept float: {len(kept)} tensor(s), {len(fallback['keep_float'])} node(s), "
+              f"{100 * fallback['float_macs_share']:.1f}% of the multiply-accumulates: "
+              f"{', '.join(kept[:4])}{', ...' if len(kept) > 4 else ''}")
+    print(f"recipe: {recipe_path} (reproduce: edgesdk pack {args.model} -o {args.output} --recipe {recipe_path} "
+          f"--calib {args.calib})")
 
 
 def _whole_model_int8(recipe):

@@ -31,7 +31,9 @@ from ..errors import EdgeSDKError
 NNM_MODES = ("shared", "per_input_channel")
 INITS = ("linear", "kmeans++")
 RECIPE_KEYS = ("default", "layers", "global_prune", "min_params", "calibration")
-CALIBRATION_KEYS = ("method", "samples", "weight_bits")  # weight_bits: 8 or 7 (edgesdk.quant.ptq.weight_qmax)
+# weight_bits: 8 or 7 (edgesdk.quant.ptq.weight_qmax); keep_float: node names kept in float
+# (what `pack --min-sqnr` chose, edgesdk.quant.float_fallback)
+CALIBRATION_KEYS = ("method", "samples", "weight_bits", "keep_float")
 CALIBRATION_METHODS = ("minmax", "percentile", "mse")  # edgesdk.quant.calibrate.METHODS, without importing numpy code
 
 
@@ -310,6 +312,10 @@ def _check_calibration(value: Any) -> None:
     if "weight_bits" in value and not (_is_integer(value["weight_bits"]) and value["weight_bits"] in (7, 8)):
         raise RecipeError(f"calibration.weight_bits must be 8 or 7 (7: weights in [-64, 64], faster on CPUs "
                           f"without VNNI), got {value['weight_bits']!r}")
+    keep = value.get("keep_float", [])
+    if not isinstance(keep, list) or not all(isinstance(n, str) and n for n in keep):
+        raise RecipeError(f"calibration.keep_float must be a list of node names to keep in float (as "
+                          f"`pack --min-sqnr` writes it), got {keep!r}")
 
 
 def _non_default(settings: dict[str, Any]) -> dict[str, Any]:

@@ -47,15 +47,20 @@ class QuantizationReport:
     integer_ops: dict[str, int] = field(default_factory=dict)
     float_ops: list[str] = field(default_factory=list)  # "name (op)" of the nodes left in float
     seconds: float = 0.0
+    float_fallback: dict | None = None  # min_sqnr's search (FallbackResult.to_dict), when it ran
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "samples": self.samples, "integer_ops": self.integer_ops,
-                "float_ops": self.float_ops, "seconds": round(self.seconds, 3)}
+        out = {"method": self.method, "samples": self.samples, "integer_ops": self.integer_ops,
+               "float_ops": self.float_ops, "seconds": round(self.seconds, 3)}
+        if self.float_fallback is not None:
+            out["float_fallback"] = self.float_fallback
+        return out
 
 
 def quantize_graph(graph: Graph, calibration: np.ndarray, *, method: str = "minmax", backend: str = "auto",
                    progress: Progress | None = None, skip: set[str] | None = None,
-                   layers: set[str] | None = None, weight_bits: int = 8) -> tuple[Graph, QuantizationReport]:
+                   layers: set[str] | None = None, weight_bits: int = 8, min_sqnr: float | None = None,
+                   eval_inputs: np.ndarray | None = None) -> tuple[Graph, QuantizationReport]:
     """An int8 copy of the optimized float ``graph`` calibrated on ``calibration`` (N samples
     shaped like the model's input without the batch axis, or with it). ``method`` is one of
     ``minmax``, ``percentile``, ``mse``; ``skip`` names nodes to keep in float;
@@ -63,16 +68,33 @@ def quantize_graph(graph: Graph, calibration: np.ndarray, *, method: str = "minm
     precision) names the Conv/Gemm/MatMul nodes to quantize: the other layers stay float, and the
     other integer-capable ops (Add, pools, activations, ...) follow their inputs, integer only when
     every run-time input comes from an integer op (:func:`follow_layers`). ``weight_bits`` 7
-    quantizes weights to [-64, 64] instead of [-127, 127] (:func:`weight_qmax`)."""
+    quantizes weights to [-64, 64] instead of [-127, 127] (:func:`weight_qmax`). ``min_sqnr`` (dB)
+    keeps in float the tensors that cost the output most until the integer model's SQNR against
+    ``graph`` on ``eval_inputs`` (default: the calibration samples) reaches it
+    (``edgesdk.quant.float_fallback``); the report's ``float_fallback`` says what it kept and measured."""
+    from .float_fallback import check_min_sqnr, choose_float_fallback
     weight_qmax(weight_bits)
     if method not in METHODS:
         raise InputError(f"calibration method {method!r} is not one of {', '.join(METHODS)}")
+    if min_sqnr is not None:
+        min_sqnr = check_min_sqnr(min_sqnr)
     started = time.perf_counter()
     plan = plan_quantization(graph, skip=skip, layers=layers)
     feeds = calibration_inputs(plan.graph, calibration)
     params = plan.calibrate(feeds, method, backend, progress)
-    return integer_graph(plan.qdq_graph(params, weight_bits), method, sum(len(next(iter(f.values()))) for f in feeds),
-                         started)
+    samples = sum(len(next(iter(f.values()))) for f in feeds)
+    if min_sqnr is None:
+        return integer_graph(plan.qdq_graph(params, weight_bits), method, samples, started)
+    checks = calibration_inputs(plan.graph, eval_inputs) if eval_inputs is not None else feeds
+    fallback = choose_float_fallback(graph, plan, params, feeds, checks, min_sqnr, method=method,
+                                     weight_bits=weight_bits, backend=backend, skip=skip, layers=layers,
+                                     progress=progress)
+    if fallback.keep_float:
+        plan = plan_quantization(graph, skip=set(skip or ()) | set(fallback.keep_float), layers=layers)
+        complete_params(plan, params, feeds, method, backend)
+    quantized, report = integer_graph(plan.qdq_graph(params, weight_bits), method, samples, started)
+    report.float_fallback = fallback.to_dict()  # not in the graph's metadata: a recipe's keep_float packs the same bytes
+    return quantized, report
 
 
 @dataclass
@@ -245,6 +267,15 @@ def _tensors_to_quantize(g: Graph, capable: set[str]) -> list[str]:
 
 
 # -- calibration ----------------------------------------------------------------------------------
+def complete_params(plan: QuantizationPlan, params: dict, feeds, method: str, backend: str) -> None:
+    """Add to ``params`` (a wider plan's ranges) those of the tensors that ``plan`` quantizes and
+    the wider one did not: a conv's output once the ReLU after it stays float."""
+    missing = [t for t in plan.tensors if t not in params]
+    if missing:
+        params.update(_calibrate(plan.graph, missing, feeds, method, backend, None))
+        _share_passthrough_params(plan.graph, params)  # a reshape's new output takes its input's
+
+
 def _calibrate(g: Graph, tensors: list[str], feeds, method: str, backend: str, progress: Progress | None
                ) -> dict[str, tuple[np.float32, int]]:
     from ..runtime.session import Session
