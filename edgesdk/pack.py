@@ -135,7 +135,7 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
         raise InputError(f"the recipe runs {len(int8_layers)} layer(s) in int8 ({', '.join(sorted(int8_layers)[:3])}"
                          f"{', ...' if len(int8_layers) > 3 else ''}): give calibration inputs (--calib DATA)")
     if min_sqnr is not None and calibration is None:
-        raise InputError("--min-sqnr chooses which tensors of an int8 model stay float: add --int8 and --calib DATA")
+        raise InputError("--min-sqnr chooses which tensors of an int8 model stay float: add --int8 --calib DATA")
     fallback = None
     if calibration is not None:
         from .quant.ptq import quantize_graph

@@ -70,6 +70,7 @@ from edgesdk.native import active_isa as edgesdk_isa  # noqa: E402
 from edgesdk.passes import optimize  # noqa: E402
 from edgesdk.profile.latency import time_calls  # noqa: E402
 from edgesdk.quant.calibrate import METHODS  # noqa: E402
+from edgesdk.quant.float_fallback import output_sqnr_db  # noqa: E402
 from edgesdk.quant.ptq import quantize_graph  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tools"))
@@ -193,9 +194,7 @@ def real_model_file(name: str) -> str:
 
 
 def sqnr_db(reference: np.ndarray, approx: np.ndarray) -> float:
-    noise = float(np.sum((approx.astype(np.float64) - reference) ** 2))
-    signal = float(np.sum(reference.astype(np.float64) ** 2))
-    return float("inf") if noise == 0 else 10 * np.log10(signal / noise)
+    return output_sqnr_db([reference], [approx])  # the figure --min-sqnr searches on
 
 
 def accuracy(args) -> list[dict]:

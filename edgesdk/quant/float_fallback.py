@@ -126,10 +126,11 @@ def choose_float_fallback(graph: Graph, plan, params: dict, calibration: list[di
                           layers: set[str] | None = None, progress: Progress | None = None) -> FallbackResult:
     """The fewest, cheapest nodes of ``plan`` to keep float so the integer model's SQNR against
     ``graph`` (fp32) on ``feeds`` (the first :data:`EVAL_SAMPLES`) is at least ``target_db``
-    (module docstring). ``params`` are the full plan's ranges from ``calibration``; a tensor that a
-    smaller plan quantizes anew (a conv's output once the ReLU after it stays float) is calibrated
-    on ``calibration`` too. ``skip`` and ``layers`` are the plan's own (as for ``quantize_graph``)."""
-    target_db = check_min_sqnr(target_db)
+    (module docstring; ``target_db`` as :func:`check_min_sqnr` accepts it). ``params`` are the full
+    plan's ranges from ``calibration``; a tensor that a smaller plan quantizes anew (a conv's output
+    once the ReLU after it stays float) is calibrated on ``calibration`` and added to ``params`` in
+    place, so the chosen plan finds its ranges there. ``skip`` and ``layers`` are the plan's own (as
+    for ``quantize_graph``)."""
     feeds = feeds[:EVAL_SAMPLES]
     measure = _Measure(graph, params, calibration, feeds, method, weight_bits, backend, skip or set(), layers)
     full = measure(set())
@@ -181,12 +182,13 @@ class _Measure:
     def __init__(self, graph: Graph, params: dict, calibration, feeds, method: str, weight_bits: int, backend: str,
                  skip: set[str], layers: set[str] | None) -> None:
         from ..runtime.session import Session
-        self.graph, self.params, self.calibration, self.feeds = graph, dict(params), calibration, feeds
+        self.graph, self.params, self.calibration, self.feeds = graph, params, calibration, feeds
         self.method, self.weight_bits, self.backend = method, weight_bits, backend
         self.skip, self.layers = skip, layers
         self.count = 0
         with Session(graph, backend=backend, optimize=False) as sess:
             self.reference = [sess.run(feed) for feed in feeds]
+        self.outputs = list(self.reference[0])
 
     def __call__(self, skip: set[str]) -> float:
         from ..runtime.session import Session
@@ -197,9 +199,8 @@ class _Measure:
         quantized, _ = integer_graph(plan.qdq_graph(self.params, self.weight_bits), self.method, len(self.feeds))
         with Session(quantized, backend=self.backend, optimize=False) as sess:
             approx = [sess.run(feed) for feed in self.feeds]
-        outputs = list(self.reference[0])
-        return output_sqnr_db([r[o] for r in self.reference for o in outputs],
-                              [a[o] for a in approx for o in outputs])
+        return output_sqnr_db([r[o] for r in self.reference for o in self.outputs],
+                              [a[o] for a in approx for o in self.outputs])
 
 
 def _noise(sqnr_db: float) -> float:

@@ -89,9 +89,8 @@ def quantize_graph(graph: Graph, calibration: np.ndarray, *, method: str = "minm
     fallback = choose_float_fallback(graph, plan, params, feeds, checks, min_sqnr, method=method,
                                      weight_bits=weight_bits, backend=backend, skip=skip, layers=layers,
                                      progress=progress)
-    if fallback.keep_float:
+    if fallback.keep_float:  # the search has put the ranges this plan adds into params
         plan = plan_quantization(graph, skip=set(skip or ()) | set(fallback.keep_float), layers=layers)
-        complete_params(plan, params, feeds, method, backend)
     quantized, report = integer_graph(plan.qdq_graph(params, weight_bits), method, samples, started)
     report.float_fallback = fallback.to_dict()  # not in the graph's metadata: a recipe's keep_float packs the same bytes
     return quantized, report
