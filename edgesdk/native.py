@@ -30,9 +30,10 @@ class CpuFeatures:
 
     def isa_path(self) -> str:
         """The kernel family the native dispatch picks on these features: avx512vnni, avx512,
-        avx2, neondot, neonfp16, neon or scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``:
+        avxvnni, avx2, neondot, neonfp16, neon or scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``:
         AVX-512 needs F, BW, VL and DQ plus FMA and F16C (avx512vnni adds VNNI's ``vpdpbusd``
-        int8 GEMM), AVX2 needs FMA and F16C, NEON is plain AArch64 Advanced SIMD, neonfp16 is
+        int8 GEMM), AVX2 needs FMA and F16C (avxvnni adds AVX-VNNI's 256-bit ``vpdpbusd`` int8
+        GEMM and depthwise convolution: Alder Lake and later cores without AVX-512), NEON is plain AArch64 Advanced SIMD, neonfp16 is
         NEON plus the ARMv8.2-A fp16 arithmetic (flag ``fp16``: HWCAP fphp + asimdhp), whose
         fp16-product / fp32-sum kernels fp16 sessions use for convolutions and GEMMs (fp32
         sessions run the NEON kernels on it), and neondot is neonfp16 plus the ``sdot`` int8
@@ -44,7 +45,7 @@ class CpuFeatures:
         if has("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"):
             return "avx512vnni" if has("avx512vnni") else "avx512"
         if has("avx2", "fma", "f16c"):
-            return "avx2"
+            return "avxvnni" if has("avx_vnni") else "avx2"
         if has("neon", "fp16"):
             return "neondot" if has("dotprod") else "neonfp16"
         if has("neon"):

@@ -138,6 +138,10 @@ def test_aarch64_flags_under_qemu(aarch64_driver, cpu, expected):
           "f16c": True}, "avx2"),
         ({"avx512f": True, "avx512bw": False, "avx512vl": True, "avx2": True, "fma": True, "f16c": True}, "avx2"),
         ({"avx2": True, "fma": True, "f16c": False}, "scalar"),
+        ({"avx2": True, "fma": True, "f16c": True, "avx_vnni": True}, "avxvnni"),  # Alder Lake, N100
+        ({"avx2": True, "fma": True, "f16c": False, "avx_vnni": True}, "scalar"),  # avxvnni is built on avx2
+        ({"avx512f": True, "avx512bw": True, "avx512vl": True, "avx512dq": True, "avx2": True, "fma": True,
+          "f16c": True, "avx512vnni": True, "avx_vnni": True}, "avx512vnni"),  # Sapphire Rapids: the widest
         ({"avx512f": True, "avx512bw": True, "avx512vl": True, "avx512dq": True, "avx2": True, "fma": True,
           "f16c": True, "avx512vnni": True}, "avx512vnni"),
         ({"neon": True, "fp16": True, "dotprod": False}, "neonfp16"),  # fp16 arithmetic (FHM not needed)

@@ -4,7 +4,7 @@ this CPU runs forced in turn, and cross-compiled for aarch64 under qemu-aarch64 
 ARMv8.2-A fp16-arithmetic kernels of the neonfp16 level on emulated CPUs that have FEAT_FP16, and the
 dot-product int8 GEMM of the neondot level on those that also have FEAT_DotProd). The int8 (qu8)
 families are checked bit for bit against a naive int64 reference at every level, the avx512vnni
-level included where this CPU has AVX512_VNNI."""
+level included where this CPU has AVX512_VNNI and the avxvnni level where it has AVX-VNNI."""
 from __future__ import annotations
 
 import hashlib
@@ -47,6 +47,7 @@ X86_SIMD = {
     "vector_kernels_avx512.cc": _SKX,
     "qu8_avx512skx.cc": _SKX,
     "qu8_avx512vnni.cc": [*_SKX, "-mavx512vnni"],  # the avx512vnni level's vpdpbusd GEMM
+    "qu8_avxvnni.cc": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],  # the avxvnni level's 256-bit vpdpbusd
 }
 ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [], "qu8_neon.cc": [],
             # the ARMv8.2-A fp16-arithmetic kernels (neonfp16 level), these files only
@@ -59,19 +60,21 @@ X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
 # Microkernel names (cpu_native/src/kernels/ukernels.h): XNNPACK's <datatype>_<op>_<tile>__<isa>.
 # The ISA suffixes each level's kernels may carry, its GEMM tile (MR x NR), and the slots its table
 # fills (dispatch.h; neonfp16 adds the fp16-arithmetic ones).
-KERNEL_SUFFIXES = {"scalar": {"scalar"}, "avx2": {"avx2"}, "avx512": {"avx512f", "avx512skx"},
+KERNEL_SUFFIXES = {"scalar": {"scalar"}, "avx2": {"avx2"}, "avxvnni": {"avx2", "avxvnni"}, "avx512": {"avx512f", "avx512skx"},
                    "avx512vnni": {"avx512f", "avx512skx", "avx512vnni"}, "neon": {"neon"},
                    "neonfp16": {"neon", "neonfp16"}, "neondot": {"neon", "neonfp16", "neondot"}}
-VECTOR_LANES = {"avx2": 8, "avx512": 16, "avx512vnni": 16, "neon": 4, "neonfp16": 4, "neondot": 4}
-GEMM_TILES = {"scalar": "4x4", "avx2": "6x16", "avx512": "8x32", "avx512vnni": "8x32", "neon": "8x8",
+VECTOR_LANES = {"avx2": 8, "avxvnni": 8, "avx512": 16, "avx512vnni": 16, "neon": 4, "neonfp16": 4, "neondot": 4}
+GEMM_TILES = {"scalar": "4x4", "avx2": "6x16", "avxvnni": "6x16", "avx512": "8x32", "avx512vnni": "8x32", "neon": "8x8",
               "neonfp16": "8x8", "neondot": "8x8"}
 # The qu8 GEMM of each level: the 16-bit widening ones, and the dot-product ones of the int8 levels.
 QU8_GEMMS = {"scalar": "qu8_igemm_4x4__scalar", "avx2": "qu8_igemm_4x16c4__avx2",
+             "avxvnni": "qu8_igemm_6x16c4__avxvnni",
              "avx512": "qu8_igemm_8x16c4__avx512skx", "avx512vnni": "qu8_igemm_8x16c4__avx512vnni",
              "neon": "qu8_igemm_4x16__neon", "neonfp16": "qu8_igemm_4x16__neon",
              "neondot": "qu8_igemm_4x16c4__neondot"}
 # Levels that are a lower level's table plus a few kernels (dispatch.cc): the slots they change.
-EXTENDS = {"avx512vnni": ("avx512", {"qu8_igemm", "qu8_igemm_x2", "qu8_igemm_narrow", "qu8_depthwise"}), "neonfp16": ("neon", {"igemm_f16", "depthwise_f16",
+EXTENDS = {"avxvnni": ("avx2", {"qu8_igemm", "qu8_igemm_narrow", "qu8_depthwise"}),
+           "avx512vnni": ("avx512", {"qu8_igemm", "qu8_igemm_x2", "qu8_igemm_narrow", "qu8_depthwise"}), "neonfp16": ("neon", {"igemm_f16", "depthwise_f16",
                                                                           "convert_f32_f16"}),
            "neondot": ("neonfp16", {"qu8_igemm"})}
 FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
@@ -197,6 +200,8 @@ def expected_x86_isas() -> list[str]:
     isas = ["scalar"]
     if all(flags.get(f) for f in ("avx2", "fma", "f16c")):
         isas.append("avx2")
+        if flags.get("avx_vnni"):
+            isas.append("avxvnni")
         if all(flags.get(f) for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq")):
             isas.append("avx512")
             if flags.get("avx512vnni"):
@@ -220,7 +225,7 @@ def test_native_driver_reports_the_isas_this_cpu_runs(native_driver):
 
 
 @pytest.mark.skipif(not X86_LINUX, reason="x86-64 Linux host")
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512vnni"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512", "avx512vnni"])
 def test_native_kernels_match_scalar_reference(native_driver, isa):
     if isa not in expected_x86_isas():
         pytest.skip(f"this CPU cannot run the {isa} kernels (they are compiled, not executed)")
@@ -322,8 +327,8 @@ def test_bindings_gemm_and_fp16_weights(kernels):
 def test_bindings_kernel_names(kernels):
     """kernel_names(isa): the microkernel in every slot of a level's table, for each level compiled in
     here (run or not by this CPU); the GEMM tile in the name is the one the packed weights use. A level
-    that extends another (avx512vnni, neonfp16, neondot) differs from it in its own slots only."""
-    compiled = ["scalar", "avx2", "avx512", "avx512vnni"] if platform.machine() in ("x86_64", "AMD64") else \
+    that extends another (avxvnni, avx512vnni, neonfp16, neondot) differs from it in its own slots only."""
+    compiled = ["scalar", "avx2", "avxvnni", "avx512", "avx512vnni"] if platform.machine() in ("x86_64", "AMD64") else \
         ["scalar", "neon", "neonfp16", "neondot"]
     assert kernels.kernel_names() == kernels.kernel_names(kernels.active_isa())
     for isa in compiled:

@@ -112,6 +112,21 @@ constexpr KernelTable avx2_table() {
 }
 constexpr KernelTable kAvx2Table = avx2_table();
 
+// The avx2 table (every fp32 kernel and the other qu8 ones) plus the AVX-VNNI qu8 GEMM and
+// depthwise convolution (256-bit vpdpbusd: 4 exact products a lane with any weights).
+constexpr KernelTable avxvnni_table() {
+  KernelTable t = kAvx2Table;
+  t.isa = Isa::AvxVnni;
+  t.name = "avxvnni";
+  set_qu8_gemm(t, kAvxVnniQu8MR, kAvxVnniQu8NR, 4, Qu8Layout::C4, false);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_6x16c4__avxvnni);
+  t.qu8_igemm_narrow = nullptr;
+  t.names.qu8_igemm_narrow = nullptr;
+  EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__avxvnni);
+  return t;
+}
+constexpr KernelTable kAvxVnniTable = avxvnni_table();
+
 // AVX-512 looks 4-bit indices up with one 16-entry permute.
 constexpr KernelTable avx512_table() {
   KernelTable t = base_table(Isa::Avx512, "avx512", kAvx512MR, kAvx512NR, kAvx512Lanes, 16, false);
@@ -246,6 +261,7 @@ bool cpu_supports(Isa isa) {
     case Isa::Scalar: return true;
     case Isa::Avx2:
       return has_flag(features, "avx2") && has_flag(features, "fma") && has_flag(features, "f16c");
+    case Isa::AvxVnni: return cpu_supports(Isa::Avx2) && has_flag(features, "avx_vnni");
     case Isa::Avx512:
       return has_flag(features, "avx512f") && has_flag(features, "avx512bw") &&
              has_flag(features, "avx512vl") && has_flag(features, "avx512dq") &&
@@ -266,6 +282,7 @@ const KernelTable* table_of(Isa isa) {
     case Isa::Scalar: return &kScalarTable;
 #if defined(__x86_64__) || defined(_M_X64)
     case Isa::Avx2: return &kAvx2Table;
+    case Isa::AvxVnni: return &kAvxVnniTable;
     case Isa::Avx512: return &kAvx512Table;
     case Isa::Avx512Vnni: return &kAvx512VnniTable;
 #endif
@@ -293,6 +310,7 @@ std::vector<Isa> compiled_isas() {
   std::vector<Isa> out{Isa::Scalar};
 #if defined(__x86_64__) || defined(_M_X64)
   out.push_back(Isa::Avx2);
+  out.push_back(Isa::AvxVnni);
   out.push_back(Isa::Avx512);
   out.push_back(Isa::Avx512Vnni);
 #endif
@@ -315,6 +333,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
+    case Isa::AvxVnni: return "avxvnni";
     case Isa::Avx512: return "avx512";
     case Isa::Neon: return "neon";
     case Isa::Avx512Vnni: return "avx512vnni";
@@ -325,10 +344,10 @@ const char* isa_name(Isa isa) {
 }
 
 Isa parse_isa(const std::string& name) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon, Isa::NeonFp16, Isa::NeonDot})
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon, Isa::NeonFp16, Isa::NeonDot})
     if (name == isa_name(isa)) return isa;
   throw std::invalid_argument("unknown ISA '" + name +
-                              "' (expected scalar, avx2, avx512, avx512vnni, neon, neonfp16 or neondot)");
+                              "' (expected scalar, avx2, avxvnni, avx512, avx512vnni, neon, neonfp16 or neondot)");
 }
 
 std::vector<std::pair<const char*, const char*>> kernel_names(Isa isa) {

@@ -260,6 +260,7 @@ Qu8DwPacker qu8_dw_packer(Isa isa) {
   switch (isa) {
 #if defined(__x86_64__) || defined(_M_X64)
     case Isa::Avx2: p.bytes = qu8_dw_bytes__avx2; p.pack = qu8_dw_pack__avx2; p.block = 32; break;
+    case Isa::AvxVnni: p.bytes = qu8_dw_bytes__avxvnni; p.pack = qu8_dw_pack__avxvnni; p.block = 32; break;
     case Isa::Avx512: p.bytes = qu8_dw_bytes__avx512skx; p.pack = qu8_dw_pack__avx512skx; p.block = 64; break;
     case Isa::Avx512Vnni: p.bytes = qu8_dw_bytes__avx512vnni; p.pack = qu8_dw_pack__avx512vnni; p.block = 64; break;
 #endif
@@ -372,7 +373,8 @@ Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name) {
   const char* n = "qu8_quantize__scalar";
   switch (isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    case Isa::Avx2: k = qu8_quantize_32x__avx2; n = "qu8_quantize_32x__avx2"; break;
+    case Isa::Avx2:
+    case Isa::AvxVnni: k = qu8_quantize_32x__avx2; n = "qu8_quantize_32x__avx2"; break;
     case Isa::Avx512:
     case Isa::Avx512Vnni: k = qu8_quantize_64x__avx512skx; n = "qu8_quantize_64x__avx512skx"; break;
 #endif
@@ -395,7 +397,8 @@ static void require_code_range(int32_t qmin, int32_t qmax) {
 U8InterleaveUkernel u8_interleave_kernel(Isa isa) {
   switch (isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    case Isa::Avx2: return u8_interleave__avx2;
+    case Isa::Avx2:
+    case Isa::AvxVnni: return u8_interleave__avx2;
     case Isa::Avx512:
     case Isa::Avx512Vnni: return u8_interleave__avx512skx;
 #endif

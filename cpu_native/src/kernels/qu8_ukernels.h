@@ -79,9 +79,9 @@ static inline size_t qu8_dw_avx512_lines(size_t width, size_t groups, size_t kw)
   return nk * (1 + groups * kw + kQu8DwAvx512RqLines) + 1;
 }
 
-// AVX2 blocks (qu8_avx2.cc): 32 channels as 4 ymm accumulators (vectors v = 0..3), the last block
+// AVX2 blocks (qu8_avx2.inl): 32 channels as 4 ymm accumulators (vectors v = 0..3), the last block
 // 32 wide too. Lines of 32 bytes per block: [0, 4) folded bias; 4 weight lines per (g, kx) of the
-// 2-row groups (int16 pairs); kQu8DwAvx2RqLines requantization lines per accumulator (qu8_avx2.cc's
+// row groups (avx2: 2 rows as int16 pairs; avxvnni: 4 rows as bytes, first row lowest); kQu8DwAvx2RqLines requantization lines per accumulator (qu8_avx2.cc's
 // RqVec: mult, mult_odd, left, right, mask, threshold; then its fp32 form's scale and offsets for
 // x >= 0 and x < 0); one flags line (int32: any left shift of accumulators 0..3, fp32 form valid).
 constexpr size_t kQu8DwAvx2RqLines = 9;
@@ -95,6 +95,8 @@ static inline size_t qu8_dw_lane_channel(size_t v, size_t i) { return 16 * (i / 
 #if defined(__x86_64__) || defined(_M_X64)
 size_t qu8_dw_bytes__avx2(size_t c, size_t kh, size_t kw);
 void qu8_dw_pack__avx2(const Qu8DwPackArgs* args, void* out);
+size_t qu8_dw_bytes__avxvnni(size_t c, size_t kh, size_t kw);
+void qu8_dw_pack__avxvnni(const Qu8DwPackArgs* args, void* out);
 size_t qu8_dw_bytes__avx512skx(size_t c, size_t kh, size_t kw);
 void qu8_dw_pack__avx512skx(const Qu8DwPackArgs* args, void* out);
 size_t qu8_dw_bytes__avx512vnni(size_t c, size_t kh, size_t kw);

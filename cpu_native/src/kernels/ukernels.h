@@ -402,6 +402,7 @@ using Qu8LutUkernel = void (*)(const uint8_t* x, uint8_t* y, size_t n, const uin
 // qu8 GEMM tiles (MR x NR, reduction step KR = the c4 of the name) per level.
 constexpr size_t kScalarQu8MR = 4, kScalarQu8NR = 4;
 constexpr size_t kAvx2Qu8MR = 4, kAvx2Qu8NR = 16;
+constexpr size_t kAvxVnniQu8MR = 6, kAvxVnniQu8NR = 16;
 constexpr size_t kAvx512Qu8MR = 8, kAvx512Qu8NR = 16;
 constexpr size_t kAvx512VnniQu8MR = 8, kAvx512VnniQu8NR = 16;
 constexpr size_t kNeonQu8MR = 4, kNeonQu8NR = 16;
@@ -429,12 +430,12 @@ constexpr size_t kNeonFp16MR = 4, kNeonFp16NR = 16;
 //             step in several widths (row and strided-column paths, 4-vector sums then single
 //             vectors) and the scalar references (one element at a time) name none.
 //   isa       what the code is compiled for and needs: scalar (portable C++), avx2 (AVX2 + FMA +
-//             F16C), avx512f (AVX-512 F only: gemm_avx512.cc is compiled with -mavx512f alone),
+//             F16C), avxvnni (avx2 + AVX-VNNI's 256-bit vpdpbusd), avx512f (AVX-512 F only: gemm_avx512.cc is compiled with -mavx512f alone),
 //             avx512skx (AVX-512 F + BW + DQ + VL, Skylake-X: the vector kernels use DQ mask moves),
 //             avx512vnni (avx512skx + AVX512_VNNI's vpdpbusd), neon (AArch64 Advanced SIMD),
 //             neonfp16 (ARMv8.2-A FEAT_FP16 arithmetic), neondot (ARMv8.2-A FEAT_DotProd sdot).
-// The dispatch tables (dispatch.cc) pick them per ISA level (the level names scalar, avx2, avx512,
-// avx512vnni, neon, neonfp16, neondot are dispatch.h's) and report the names (kernel_names()). The
+// The dispatch tables (dispatch.cc) pick them per ISA level (the level names scalar, avx2, avxvnni,
+// avx512, avx512vnni, neon, neonfp16, neondot are dispatch.h's) and report the names (kernel_names()). The
 // scalar ones are the references the SIMD ones are tested against (cpu_native/tests/kernel_tests.cc);
 // each SIMD file sits beside its scalar counterpart (gemm_<isa>.cc by gemm_scalar.cc,
 // vector_kernels_<isa>.cc by reference_scalar.cc, qu8_<isa>.cc by qu8_scalar.cc).
@@ -496,6 +497,9 @@ UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_32c__avx2;
 UkernelFunction<Qu8BinaryUkernel> qu8_add_16x__avx2, qu8_mul_16x__avx2;
 UkernelFunction<Qu8RequantizeUkernel> qu8_requantize_16x__avx2;
 UkernelFunction<Qu8LutUkernel> qu8_lut_32x__avx2;
+// AVX-VNNI (qu8_avxvnni.cc, also AVX2 + FMA + F16C): the avxvnni level adds these to the avx2 table.
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_6x16c4__avxvnni;
+UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__avxvnni;
 
 // AVX-512: the GEMM needs F only (gemm_avx512.cc); the vector kernels F + BW + DQ + VL
 // (vector_kernels_avx512.cc: 16-lane vectors).
