@@ -112,16 +112,22 @@ constexpr KernelTable avx2_table() {
 }
 constexpr KernelTable kAvx2Table = avx2_table();
 
-// The avx2 table (every fp32 kernel and the other qu8 ones) plus the AVX-VNNI qu8 GEMM and
-// depthwise convolution (256-bit vpdpbusd: 4 exact products a lane with any weights).
-constexpr KernelTable avxvnni_table() {
-  KernelTable t = kAvx2Table;
-  t.isa = Isa::AvxVnni;
-  t.name = "avxvnni";
-  set_qu8_gemm(t, kAvxVnniQu8MR, kAvxVnniQu8NR, 4, Qu8Layout::C4, false);
-  EDGESDK_SET(t, qu8_igemm, qu8_igemm_6x16c4__avxvnni);
+// A VNNI level: `base` (every fp32 kernel and the other qu8 ones) with a vpdpbusd qu8 GEMM packed C4
+// (the caller sets it and the depthwise convolution). vpdpbusd forms 4 exact products a lane with
+// any weights, so the level has no narrow-weight GEMM.
+constexpr KernelTable vnni_level(KernelTable t, Isa isa, const char* name, size_t mr, size_t nr) {
+  t.isa = isa;
+  t.name = name;
+  set_qu8_gemm(t, mr, nr, 4, Qu8Layout::C4, false);
   t.qu8_igemm_narrow = nullptr;
   t.names.qu8_igemm_narrow = nullptr;
+  return t;
+}
+
+// The avx2 table plus the AVX-VNNI (256-bit vpdpbusd) qu8 GEMM and depthwise convolution.
+constexpr KernelTable avxvnni_table() {
+  KernelTable t = vnni_level(kAvx2Table, Isa::AvxVnni, "avxvnni", kAvxVnniQu8MR, kAvxVnniQu8NR);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_6x16c4__avxvnni);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__avxvnni);
   return t;
 }
@@ -165,17 +171,11 @@ constexpr KernelTable avx512_table() {
 }
 constexpr KernelTable kAvx512Table = avx512_table();
 
-// The avx512 table (every fp32 kernel and the other qu8 ones) plus the vpdpbusd qu8 GEMM and the
-// vpdpwssd depthwise convolution.
+// The avx512 table plus the vpdpbusd qu8 GEMMs and depthwise convolution.
 constexpr KernelTable avx512vnni_table() {
-  KernelTable t = kAvx512Table;
-  t.isa = Isa::Avx512Vnni;
-  t.name = "avx512vnni";
-  set_qu8_gemm(t, kAvx512VnniQu8MR, kAvx512VnniQu8NR, 4, Qu8Layout::C4, false);
+  KernelTable t = vnni_level(kAvx512Table, Isa::Avx512Vnni, "avx512vnni", kAvx512VnniQu8MR, kAvx512VnniQu8NR);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512vnni);
   EDGESDK_SET(t, qu8_igemm_x2, qu8_igemm_8x32c4__avx512vnni);
-  t.qu8_igemm_narrow = nullptr;  // vpdpbusd forms 4 exact products a lane with any weights
-  t.names.qu8_igemm_narrow = nullptr;
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_16c__avx512vnni);
   return t;
 }
