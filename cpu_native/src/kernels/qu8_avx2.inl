@@ -305,10 +305,7 @@ struct PairTaps {
     out[2] = _mm256_unpacklo_epi8(t1, zero);
     out[3] = _mm256_unpackhi_epi8(t1, zero);
   }
-  static int32_t weight_lane(const int8_t* w) {
-    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(w[0])) |
-                                static_cast<uint32_t>(static_cast<uint16_t>(w[1])) << 16);
-  }
+  static int32_t weight_lane(const int8_t* w) { return qu8_dw_pair_lane(w); }
   static __m256i tap(__m256i acc, __m256i x, __m256i w) { return _mm256_add_epi32(acc, _mm256_madd_epi16(x, w)); }
 };
 
@@ -327,15 +324,9 @@ struct QuadTaps {
     out[2] = _mm256_unpacklo_epi16(t1, t3);
     out[3] = _mm256_unpackhi_epi16(t1, t3);
   }
-  static int32_t weight_lane(const int8_t* w) {
-    uint32_t lane = 0;
-    for (size_t t = 0; t < 4; ++t) lane |= static_cast<uint32_t>(static_cast<uint8_t>(w[t])) << (8 * t);
-    return static_cast<int32_t>(lane);
-  }
+  static int32_t weight_lane(const int8_t* w) { return qu8_dw_quad_lane(w); }
   static __m256i tap(__m256i acc, __m256i x, __m256i w) { return Dot::dot(acc, x, w); }
 };
-
-static inline size_t groups_of(size_t kh, size_t rows) { return (kh + rows - 1) / rows; }
 
 struct Block {
   const __m256i* bias;
@@ -429,7 +420,7 @@ void block_row(const Qu8DepthwiseArgs* a, const uint8_t* const* rows, const size
                const __m256i* blk, uint8_t* y, const uint8_t* zp_row, uintptr_t end, const OutVec& o,
                __m256i* scratch) {
   constexpr size_t kRows = Taps::kRows;
-  const size_t G = groups_of(a->kh, kRows), KW = a->kw, S = a->stride_w, D = a->dil_w;
+  const size_t G = qu8_dw_groups(a->kh, kRows), KW = a->kw, S = a->stride_w, D = a->dil_w;
   Block k;
   k.bias = blk;
   k.weights = blk + 4;
@@ -486,7 +477,7 @@ void block_row(const Qu8DepthwiseArgs* a, const uint8_t* const* rows, const size
 template <class Taps>
 void run(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
   constexpr size_t kRows = Taps::kRows;
-  const size_t C = a->c, G = groups_of(a->kh, kRows);
+  const size_t C = a->c, G = qu8_dw_groups(a->kh, kRows);
   const size_t lines = qu8_dw_avx2_lines(G, a->kw);
   const auto* packed = reinterpret_cast<const __m256i*>(a->weights_lo16);
   alignas(32) uint8_t zp_row[32];
@@ -520,7 +511,7 @@ void run(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
 template <class Taps>
 void pack(const Qu8DwPackArgs* a, void* out) {
   constexpr size_t kRows = Taps::kRows;
-  const size_t C = a->c, KH = a->kh, KW = a->kw, G = groups_of(KH, kRows);
+  const size_t C = a->c, KH = a->kh, KW = a->kw, G = qu8_dw_groups(KH, kRows);
   const size_t lines = qu8_dw_avx2_lines(G, KW);
   alignas(32) int32_t lanes[8];
   for (size_t c0 = 0; c0 < C; c0 += 32) {
@@ -586,7 +577,7 @@ void pack(const Qu8DwPackArgs* a, void* out) {
 
 template <class Taps>
 size_t packed_bytes(size_t c, size_t kh, size_t kw) {
-  return div_up(c, 32) * qu8_dw_avx2_lines(groups_of(kh, Taps::kRows), kw) * 32;
+  return div_up(c, 32) * qu8_dw_avx2_lines(qu8_dw_groups(kh, Taps::kRows), kw) * 32;
 }
 
 }  // namespace dw

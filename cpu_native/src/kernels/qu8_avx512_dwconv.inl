@@ -83,11 +83,9 @@ static inline size_t block_channel(size_t width, size_t k, size_t i) {
   return i;  // 16: vectors 0..3 of 4 lanes side by side
 }
 
-static inline size_t groups_of(size_t kh, size_t rows) { return (kh + rows - 1) / rows; }
-
 template <class Taps>
 size_t packed_bytes(size_t c, size_t kh, size_t kw) {
-  return div_up(c, 64) * qu8_dw_avx512_lines(64, groups_of(kh, Taps::kRows), kw) * 64;
+  return div_up(c, 64) * qu8_dw_avx512_lines(64, qu8_dw_groups(kh, Taps::kRows), kw) * 64;
 }
 
 // The general constants of one accumulator vector, its first 9 lines (qu8_ukernels.h).
@@ -170,7 +168,7 @@ static inline void with_mode(bool fp, bool int_ok, F&& f) {
 
 template <class Taps>
 void pack(const Qu8DwPackArgs* a, void* out) {
-  const size_t C = a->c, KH = a->kh, KW = a->kw, R = Taps::kRows, G = groups_of(KH, R);
+  const size_t C = a->c, KH = a->kh, KW = a->kw, R = Taps::kRows, G = qu8_dw_groups(KH, R);
   const size_t lines64 = qu8_dw_avx512_lines(64, G, KW);
   alignas(64) int32_t lanes[16];
   for (size_t c0 = 0; c0 < C; c0 += 64) {
@@ -351,7 +349,7 @@ void block_row(const Qu8DepthwiseArgs* a, const uint8_t* const* base, const size
   using V = typename WT::V;
   constexpr size_t NK = WT::NK, R = Taps::kRows;
   const __mmask64 m = n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1;
-  const size_t G = groups_of(a->kh, R), KW = a->kw, S = a->stride_w, D = a->dil_w;
+  const size_t G = qu8_dw_groups(a->kh, R), KW = a->kw, S = a->stride_w, D = a->dil_w;
   const Block k = block_of<NK>(blk, G, KW, S, D);
   const ptrdiff_t width = static_cast<ptrdiff_t>(a->w);
   for (size_t seg = 0; seg < a->ow; seg += kSegment) {
@@ -564,7 +562,7 @@ void stream_row(const Qu8DepthwiseArgs* a, const uint8_t* const* base, const siz
 template <class Taps, size_t W>
 void stream_block(const Qu8DepthwiseArgs* a, const uint8_t* const* base, const size_t* step, size_t c0, size_t n,
                   const __m512i* blk, uint8_t* y, __m512i zpv, const OutVec& o) {
-  const Block k = block_of<W / 16>(blk, groups_of(3, Taps::kRows), 3, a->stride_w, 1);
+  const Block k = block_of<W / 16>(blk, qu8_dw_groups(3, Taps::kRows), 3, a->stride_w, 1);
   with_mode(k.fp, k.int_ok(), [&](auto mode) {
     constexpr RqMode M = decltype(mode)::value;
     if (a->stride_w == 1) stream_row<Taps, W, 1, M>(a, base, step, k, c0, n, y, zpv, o);
@@ -576,7 +574,7 @@ void stream_block(const Qu8DepthwiseArgs* a, const uint8_t* const* base, const s
 template <class Taps>
 void run(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
   constexpr size_t R = Taps::kRows;
-  const size_t C = a->c, G = groups_of(a->kh, R);
+  const size_t C = a->c, G = qu8_dw_groups(a->kh, R);
   const size_t lines64 = qu8_dw_avx512_lines(64, G, a->kw);
   const uint8_t* packed = reinterpret_cast<const uint8_t*>(a->weights_lo16);
   alignas(64) uint8_t zp_row[64];

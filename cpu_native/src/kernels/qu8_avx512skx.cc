@@ -104,10 +104,7 @@ struct PairTaps {
     out[0] = dw::unpacklo8(t, z);
     out[1] = dw::unpackhi8(t, z);
   }
-  static int32_t weight_lane(const int8_t* w) {
-    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(w[0])) |
-                                static_cast<uint32_t>(static_cast<uint16_t>(w[1])) << 16);
-  }
+  static int32_t weight_lane(const int8_t* w) { return qu8_dw_pair_lane(w); }
   static __m512i tap(__m512i acc, __m512i x, __m512i w) { return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w)); }
 };
 

@@ -107,12 +107,7 @@ struct QuadTaps {
     out[0] = dw::unpacklo16(p, s);
     out[1] = dw::unpackhi16(p, s);
   }
-  static int32_t weight_lane(const int8_t* w) {
-    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint8_t>(w[0])) |
-                                static_cast<uint32_t>(static_cast<uint8_t>(w[1])) << 8 |
-                                static_cast<uint32_t>(static_cast<uint8_t>(w[2])) << 16 |
-                                static_cast<uint32_t>(static_cast<uint8_t>(w[3])) << 24);
-  }
+  static int32_t weight_lane(const int8_t* w) { return qu8_dw_quad_lane(w); }
   static __m512i tap(__m512i acc, __m512i x, __m512i w) {
     dpbusd(acc, x, w);
     return acc;

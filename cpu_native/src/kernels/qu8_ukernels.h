@@ -92,6 +92,20 @@ static inline size_t qu8_dw_avx2_lines(size_t groups, size_t kw) {
 // The channel of int32 lane i of interleaved vector v (see above).
 static inline size_t qu8_dw_lane_channel(size_t v, size_t i) { return 16 * (i / 4) + 4 * v + i % 4; }
 
+// The row groups of a KH-row window at `rows` kernel rows per int32 lane (the last padded with zero
+// weights), and the packed int32 lane of one channel's rows of a group, first row lowest: 2 rows as
+// int16 (vpmaddwd: avx2, avx512) or 4 as bytes (vpdpbusd: avxvnni, avx512vnni).
+static inline size_t qu8_dw_groups(size_t kh, size_t rows) { return (kh + rows - 1) / rows; }
+static inline int32_t qu8_dw_pair_lane(const int8_t* w) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(w[0])) |
+                              static_cast<uint32_t>(static_cast<uint16_t>(w[1])) << 16);
+}
+static inline int32_t qu8_dw_quad_lane(const int8_t* w) {
+  uint32_t lane = 0;
+  for (size_t t = 0; t < 4; ++t) lane |= static_cast<uint32_t>(static_cast<uint8_t>(w[t])) << (8 * t);
+  return static_cast<int32_t>(lane);
+}
+
 #if defined(__x86_64__) || defined(_M_X64)
 size_t qu8_dw_bytes__avx2(size_t c, size_t kh, size_t kw);
 void qu8_dw_pack__avx2(const Qu8DwPackArgs* args, void* out);
