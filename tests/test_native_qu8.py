@@ -403,6 +403,39 @@ def test_qu8_add_matches_numpy(isa):
             np.testing.assert_array_equal(y, output(sa + sb, om, o_s, y_zp, qmin, qmax), err_msg=f"{isa} {c} {bc}")
 
 
+def add_case_multipliers(r, case):
+    """TFLite Add constants (fixedpoint.add_multipliers) from random scales: output scales from 0.2x to
+    3x the inputs' sum (the kernels' fp32 form takes most, the integer form the rest)."""
+    from edgesdk.quant.fixedpoint import add_multipliers
+    a_scale, b_scale = 10.0 ** r.uniform(-3, 0, 2)
+    if case % 7 == 0:
+        b_scale = a_scale  # equal scales: sa and sb on the same grid
+    return add_multipliers(a_scale, b_scale, (a_scale + b_scale) * 10.0 ** r.uniform(-0.7, 0.5))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qu8_add_every_byte_pair(isa):
+    # All 65,536 (a, b) pairs for calibrated-looking constants: the fp32 form of the SIMD kernels
+    # (requantization.h, qu8_add_fp) must give the integer form's bytes on every one, including the
+    # lanes near a rounding step that it hands back.
+    r = rng(15)
+    a = np.repeat(np.arange(256, dtype=np.uint8), 256).reshape(256, 256)
+    b = np.ascontiguousarray(a.T)
+    fp32_cases = 0
+    for case in range(24):
+        am, a_s, bm, b_s, om, o_s = add_case_multipliers(r, case)
+        fp32_cases += K.qu8_add_takes_fp32(am, a_s, bm, b_s, om, o_s)
+        a_zp, b_zp, y_zp = (int(v) for v in r.integers(0, 256, 3))
+        qmin, qmax = (y_zp, 255) if case % 3 == 0 else (0, 255)  # a fused Relu every third case
+        y = np.empty_like(a)
+        K.qu8_add(a, a_zp, b, b_zp, y, y_zp, am, a_s, bm, b_s, om, o_s, qmin, qmax, "none", threads=1 + case % 2,
+                  isa=isa)
+        sa = requantize((a.astype(np.int64) - a_zp) << 20, am, a_s)
+        sb = requantize((b.astype(np.int64) - b_zp) << 20, bm, b_s)
+        np.testing.assert_array_equal(y, output(sa + sb, om, o_s, y_zp, qmin, qmax), err_msg=f"{isa} case {case}")
+    assert 12 <= fp32_cases < 24, fp32_cases  # both forms ran
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_qu8_mul_matches_numpy(isa):
     r = rng(6)

@@ -357,6 +357,15 @@ void register_qu8_kernels(py::module_& km) {
     return std::string(k::qu8_quantize_kernel_name(table_for(isa)));
   }, py::arg("isa") = py::none(), "The QuantizeLinear kernel a level runs.");
 
+  km.def("qu8_add_takes_fp32", [](int64_t a_mult, int64_t a_shift, int64_t b_mult, int64_t b_shift, int64_t out_mult,
+                                  int64_t out_shift) {
+    return k::qu8_add_takes_fp32(multiplier_arg(a_mult, "a_mult"), shift_arg(a_shift, "a_shift"),
+                                 multiplier_arg(b_mult, "b_mult"), shift_arg(b_shift, "b_shift"),
+                                 multiplier_arg(out_mult, "out_mult"), shift_arg(out_shift, "out_shift"));
+  }, py::arg("a_mult"), py::arg("a_shift"), py::arg("b_mult"), py::arg("b_shift"), py::arg("out_mult"),
+     py::arg("out_shift"), "Whether the SIMD qu8_add kernels take these constants in their fp32 form (the rest run "
+     "the three integer requantizations; both give the same bytes).");
+
   km.def("qu8_add", [](const py::array& a, int64_t a_zp, const py::array& b, int64_t b_zp, py::array& y, int64_t y_zp,
                        int64_t a_mult, int64_t a_shift, int64_t b_mult, int64_t b_shift, int64_t out_mult,
                        int64_t out_shift, int64_t qmin, int64_t qmax, const std::string& broadcast, size_t threads,

@@ -484,6 +484,16 @@ void run_binary(Qu8BinaryUkernel kernel, const Qu8BinaryArgs& args, size_t rows,
 
 }  // namespace
 
+bool qu8_add_takes_fp32(int32_t a_mult, int32_t a_shift, int32_t b_mult, int32_t b_shift, int32_t out_mult,
+                        int32_t out_shift) {
+  Qu8BinaryArgs args{};
+  args.a_rq = qu8_requant_of(a_mult, a_shift);
+  args.b_rq = qu8_requant_of(b_mult, b_shift);
+  args.out_rq = qu8_requant_of(out_mult, out_shift);
+  Qu8AddFp unused;
+  return qu8_add_fp(args, &unused);
+}
+
 void qu8_add(const uint8_t* a, uint8_t a_zp, const uint8_t* b, uint8_t b_zp, uint8_t* y, uint8_t y_zp, size_t rows,
              size_t c, Broadcast broadcast, int32_t a_mult, int32_t a_shift, int32_t b_mult, int32_t b_shift,
              int32_t out_mult, int32_t out_shift, uint8_t qmin, uint8_t qmax, size_t threads, const KernelTable* t) {

@@ -158,6 +158,11 @@ void qu8_quantize_linear_to_nhwc(const float* x, size_t n, size_t c, size_t hw, 
 // The kernel qu8_quantize_linear runs at a level.
 const char* qu8_quantize_kernel_name(const KernelTable* t = nullptr);
 
+// Whether the SIMD qu8_add kernels run these constants in their fp32 form (requantization.h,
+// qu8_add_fp): tests use it to know both forms are exercised.
+bool qu8_add_takes_fp32(int32_t a_mult, int32_t a_shift, int32_t b_mult, int32_t b_shift, int32_t out_mult,
+                        int32_t out_shift);
+
 // Add / Mul of rows x C values (ukernels.h, Qu8BinaryArgs), b as [rows][C], [C] or [1].
 void qu8_add(const uint8_t* a, uint8_t a_zp, const uint8_t* b, uint8_t b_zp, uint8_t* y, uint8_t y_zp, size_t rows,
              size_t c, Broadcast broadcast, int32_t a_mult, int32_t a_shift, int32_t b_mult, int32_t b_shift,

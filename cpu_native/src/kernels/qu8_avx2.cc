@@ -239,11 +239,27 @@ void qu8_add_16x__avx2(const Qu8BinaryArgs* a, size_t row_begin, size_t row_end)
   const OutVec o = out_vec(a->out);
   const __m256i azp = _mm256_set1_epi32(a->a_zero_point), bzp = _mm256_set1_epi32(a->b_zero_point);
   const __m256i b_scalar = _mm256_set1_epi32(a->b[0]);
-  auto lane8 = [&](const uint8_t* ap, const uint8_t* bp) {
-    const __m256i xb = a->broadcast == Broadcast::Scalar ? b_scalar : load8_u8(bp);
+  // The fp32 form (requantization.h, qu8_add_fp) where the constants allow it and MXCSR rounds to
+  // nearest; its rare unvouched lanes, and every lane otherwise, take the three requantizations.
+  Qu8AddFp fp;
+  const bool use_fp = qu8_add_fp(*a, &fp) && fp_rounding_ok();
+  const __m256 scale_a = _mm256_set1_ps(fp.scale_a), scale_b = _mm256_set1_ps(fp.scale_b);
+  const __m256 offset_pos = _mm256_set1_ps(fp.offset_pos), offset_neg = _mm256_set1_ps(fp.offset_neg);
+  auto operand_b = [&](const uint8_t* bp) { return a->broadcast == Broadcast::Scalar ? b_scalar : load8_u8(bp); };
+  auto exact8 = [&](const uint8_t* ap, const uint8_t* bp) {
     const __m256i sa = requantize(_mm256_slli_epi32(_mm256_sub_epi32(load8_u8(ap), azp), kQu8AddLeftShift), qa);
-    const __m256i sb = requantize(_mm256_slli_epi32(_mm256_sub_epi32(xb, bzp), kQu8AddLeftShift), qb);
+    const __m256i sb = requantize(_mm256_slli_epi32(_mm256_sub_epi32(operand_b(bp), bzp), kQu8AddLeftShift), qb);
     return requantize(add_saturate(sa, sb), qo);
+  };
+  auto lane8 = [&](const uint8_t* ap, const uint8_t* bp) {
+    if (!use_fp) return exact8(ap, bp);
+    const __m256 xa = _mm256_cvtepi32_ps(_mm256_sub_epi32(load8_u8(ap), azp));
+    const __m256 xb = _mm256_cvtepi32_ps(_mm256_sub_epi32(operand_b(bp), bzp));
+    const __m256 t = _mm256_fmadd_ps(xb, scale_b, _mm256_mul_ps(xa, scale_a));
+    const __m256i w = _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_blendv_ps(offset_pos, offset_neg, t)));
+    const __m256i step = _mm256_cmpeq_epi32(_mm256_and_si256(w, _mm256_set1_epi32(2047)), _mm256_setzero_si256());
+    if (__builtin_expect(!_mm256_testz_si256(step, step), 0)) return exact8(ap, bp);
+    return _mm256_srai_epi32(w, 11);
   };
   for (size_t r = row_begin; r < row_end; ++r) {
     const uint8_t* ar = a->a + r * a->c;

@@ -220,19 +220,37 @@ void qu8_global_avgpool_64c__avx512skx(const uint8_t* x, size_t pixels, size_t c
 }
 
 void qu8_add_16x__avx512skx(const Qu8BinaryArgs* a, size_t row_begin, size_t row_end) {
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const RqVec qa = rq_broadcast(a->a_rq), qb = rq_broadcast(a->b_rq), qo = rq_broadcast(a->out_rq);
   const OutVec o = out_vec(a->out);
   const __m512i azp = _mm512_set1_epi32(a->a_zero_point), bzp = _mm512_set1_epi32(a->b_zero_point);
   const __m512i b_scalar = _mm512_set1_epi32(a->b[0]);
+  // The fp32 form (requantization.h, qu8_add_fp; embedded rounding to nearest) where the constants
+  // allow it; its rare unvouched lanes, and every lane otherwise, take the three requantizations.
+  Qu8AddFp fp;
+  const bool use_fp = qu8_add_fp(*a, &fp);
+  const __m512 scale_a = _mm512_set1_ps(fp.scale_a), scale_b = _mm512_set1_ps(fp.scale_b);
+  const __m512 offset_pos = _mm512_set1_ps(fp.offset_pos), offset_neg = _mm512_set1_ps(fp.offset_neg);
   for (size_t r = row_begin; r < row_end; ++r) {
     const uint8_t* ar = a->a + r * a->c;
     const uint8_t* br = a->broadcast == Broadcast::None ? a->b + r * a->c : a->b;
     uint8_t* yr = a->y + r * a->c;
     for (size_t i = 0; i < a->c; i += 16) {
       const __mmask16 m = first16(a->c - i);
-      const __m512i xb = a->broadcast == Broadcast::Scalar ? b_scalar : load16_u8(br + i, m);
-      const __m512i sa = requantize(_mm512_slli_epi32(_mm512_sub_epi32(load16_u8(ar + i, m), azp), kQu8AddLeftShift), qa);
-      const __m512i sb = requantize(_mm512_slli_epi32(_mm512_sub_epi32(xb, bzp), kQu8AddLeftShift), qb);
+      const __m512i da = _mm512_sub_epi32(load16_u8(ar + i, m), azp);
+      const __m512i db = _mm512_sub_epi32(a->broadcast == Broadcast::Scalar ? b_scalar : load16_u8(br + i, m), bzp);
+      if (use_fp) {
+        const __m512 t = _mm512_fmadd_round_ps(_mm512_cvtepi32_ps(db), scale_b,
+                                               _mm512_mul_round_ps(_mm512_cvtepi32_ps(da), scale_a, kNearest), kNearest);
+        const __m512 offset = _mm512_mask_blend_ps(_mm512_movepi32_mask(_mm512_castps_si512(t)), offset_pos, offset_neg);
+        const __m512i w = _mm512_cvt_roundps_epi32(_mm512_add_round_ps(t, offset, kNearest), kNearest);
+        if (__builtin_expect(_mm512_mask_testn_epi32_mask(m, w, _mm512_set1_epi32(2047)) == 0, 1)) {
+          store16(yr + i, to_u8(_mm512_srai_epi32(w, 11), o), m);
+          continue;
+        }
+      }
+      const __m512i sa = requantize(_mm512_slli_epi32(da, kQu8AddLeftShift), qa);
+      const __m512i sb = requantize(_mm512_slli_epi32(db, kQu8AddLeftShift), qb);
       store16(yr + i, to_u8(requantize(add_saturate(sa, sb), qo), o), m);
     }
   }

@@ -94,6 +94,48 @@ static inline Qu8FpRequant qu8_fp_requant(const Qu8Requant& r) {
   return Qu8FpRequant{scale, 1024.0f + half, 1024.0f - half};
 }
 
+// The fp32 form of the quantized Add (qu8_add, TFLite's arithmetic: sa = requantize((a - a_zp) << 20,
+// a_rq), sb likewise, r = requantize(sa + sb, out_rq)), for the SIMD kernels: three 64-bit
+// requantizations per lane become one multiply, one FMA, one add and a conversion. Why it is exact:
+//   - The output step is the Fp form's (qu8_avx512.inl, RqMode::Fp): with m_o > 0, no left shift
+//     and e_o >= 1, r = floor(u + d), u = v * m_o / 2^(31+e_o), v = sa + sb, d = 1/2 + 2^(-1-e_o)
+//     minus 2^(-e_o) when v < 0. In units of 2^-11: V = 2048 (u + d).
+//   - With no left shifts and multipliers > 0, sa is (a - a_zp) * m_a / 2^(11+e_a) rounded twice
+//     (srdhm on a value whose low 20 bits are 0, then rdbpot): |sa - that| <= 1, likewise sb, so
+//     replacing v by the linear x_a * S_a + x_b * S_b (x = input - zero point, |x| <= 255,
+//     S_a = m_a m_o 2^(-31-e_a-e_o), in V's units) moves V by at most 2^(12-e_o). v never
+//     saturates (|sa|, |sb| < 2^28).
+//   - fp32: S_a and S_b converted here (relative error < 2^-23 in any rounding mode), x exact,
+//     then t = fma(x_b, S_b, x_a * S_a) and V' = t + D (D = 2048 d, exact for e_o <= 23), each
+//     rounded to nearest (the kernels make sure): |V' - V| < 2^(12-e_o) + (4.001 (M_a + M_b) +
+//     1025) 2^-24 with M = 255 S. Where
+//     that bound is < 1/2 (checked here, per call), w = round(V') with w mod 2048 != 0 puts V
+//     strictly between the same two multiples of 2048 as w, so r = w >> 11; lanes with
+//     w mod 2048 = 0 (about one in 2048) take the integer form.
+//   - d follows the sign of t, not of v: where they differ, |u| is below the error bound, and
+//     both offsets give r = 0 with V' near 1024, far from a step.
+// Calibrated adds (output scale within a few times the inputs') pass; others keep the integer form.
+struct Qu8AddFp {
+  float scale_a, scale_b, offset_pos, offset_neg;
+};
+static inline bool qu8_add_fp(const Qu8BinaryArgs& args, Qu8AddFp* f) {
+  const Qu8Requant &ra = args.a_rq, &rb = args.b_rq, &ro = args.out_rq;
+  if (ra.left_shift != 0 || rb.left_shift != 0 || ro.left_shift != 0) return false;
+  if (ra.multiplier <= 0 || rb.multiplier <= 0 || ro.multiplier <= 0) return false;
+  const int eo = ro.right_shift;
+  if (eo < 1 || eo > 23) return false;
+  const double mo = ro.multiplier;
+  f->scale_a = static_cast<float>(std::ldexp(ra.multiplier * mo, -31 - ra.right_shift - eo));
+  f->scale_b = static_cast<float>(std::ldexp(rb.multiplier * mo, -31 - rb.right_shift - eo));
+  const double bound = std::ldexp(1.0, 12 - eo) +
+                       std::ldexp(4.001 * 255.0 * (double{f->scale_a} + f->scale_b) + 1025.0, -24);
+  if (!(bound < 0.5)) return false;
+  const float half = std::ldexp(1.0f, 10 - eo);
+  f->offset_pos = 1024.0f + half;
+  f->offset_neg = 1024.0f - half;
+  return true;
+}
+
 static inline int32_t qu8_float_bits(float v) {
   int32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
