@@ -595,6 +595,31 @@ def test_quantize_linear_matches_the_numpy_lowering(isa):
     np.testing.assert_array_equal(got, ref_quantize(x, np.float32(0.02), 128, np.uint8))
 
 
+# ---- DequantizeLinear -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_dequantize_linear_matches_the_numpy_lowering(isa):
+    # The kernel against the numpy pass it replaced (float32 difference, one multiply), every code,
+    # every zero point kind and the tails of each vector width.
+    name = K.dequantize_linear_kernel(isa=isa)
+    assert name.startswith("qu8_dequantize")
+    r = rng(16)
+    for dtype, zps in ((np.uint8, (0, 128, 255, 3)), (np.int8, (-128, 0, 127, -5))):
+        codes = np.concatenate([np.arange(256, dtype=np.uint8).view(dtype), r.integers(0, 256, 1000, np.uint8).view(dtype)])
+        for scale in (np.float32(0.5), np.float32(0.0173), np.float32(3.7e-7), np.float32(1e30), np.float32(-2.5)):
+            for zp in zps:
+                want = np.subtract(codes, np.int32(zp), dtype=np.float32) * scale
+                for size in (len(codes), 1, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65):
+                    got = np.full(size + 1, 7.0, np.float32)
+                    K.dequantize_linear(codes[:size], float(scale), zp, got[:size], threads=1 + size % 2, isa=isa)
+                    np.testing.assert_array_equal(got[:size], want[:size], err_msg=f"{name} {dtype.__name__} {scale} {zp}")
+                    assert got[size] == 7.0  # nothing written past y
+    with pytest.raises(ValueError, match="zero_point"):
+        K.dequantize_linear(np.zeros(4, np.int8), 1.0, 200, np.empty(4, np.float32), isa=isa)
+    with pytest.raises(TypeError, match="uint8 or int8"):
+        K.dequantize_linear(np.zeros(4, np.int16), 1.0, 0, np.empty(4, np.float32), isa=isa)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_quantize_linear_into_nhwc_matches_quantize_then_transpose(isa):
     """quantize_linear_nhwc (a float NCHW input quantized for NHWC kernels): every channel count the

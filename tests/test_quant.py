@@ -361,7 +361,8 @@ def test_zoo_model_quantized_by_onnxruntime_runs_in_integer_ops(name: str) -> No
             ref = edgesdk.Session(qmodel, backend="reference")
             assert np.array_equal(sess.run(feed)[sess.output_names[0]], ref.run(feed)[ref.output_names[0]])
             slow = {(n.op, sess._impl.placements[n.name]) for n in sess.graph.nodes
-                    if n.op in ("QLinearConv", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool")
+                    if n.op in ("QLinearConv", "QGemm", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool",
+                                "QuantizeLinear", "DequantizeLinear")
                     and sess._impl.placements[n.name] != "native"}
             assert not slow, slow
 

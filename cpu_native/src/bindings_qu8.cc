@@ -353,6 +353,33 @@ void register_qu8_kernels(py::module_& km) {
      py::arg("isa") = py::none(),
      "quantize_linear from x (N, C, *spatial) into y (N, *spatial, C): the same codes, channels last.");
 
+  km.def("dequantize_linear", [](const py::array& x, double scale, int64_t zero_point, py::array& y, size_t threads,
+                                 std::optional<std::string> isa) {
+    const bool is_u8 = x.dtype().is(py::dtype::of<uint8_t>());
+    if (!is_u8 && !x.dtype().is(py::dtype::of<int8_t>()))
+      throw py::type_error("x: expected dtype uint8 or int8, got " + std::string(py::str(x.dtype())));
+    if (is_u8) require_array<uint8_t>(x, "x", false);
+    else require_array<int8_t>(x, "x", false);
+    require_array<float>(y, "y", true);
+    expect_shape(y, shape_of(x), "y");
+    const int64_t lo = is_u8 ? 0 : -128, hi = is_u8 ? 255 : 127;
+    if (zero_point < lo || zero_point > hi) throw py::value_error("zero_point must be a code of x's dtype");
+    const auto* xp = static_cast<const uint8_t*>(x.data());
+    auto* yp = static_cast<float*>(y.mutable_data());
+    const k::KernelTable* t = table_for(isa);
+    const size_t count = static_cast<size_t>(x.size());
+    const float s = static_cast<float>(scale);
+    py::gil_scoped_release release;
+    k::qu8_dequantize_linear(xp, !is_u8, count, s, static_cast<int32_t>(zero_point), yp, threads, t);
+  }, py::arg("x"), py::arg("scale"), py::arg("zero_point"), py::arg("y"), py::arg("threads") = 1,
+     py::arg("isa") = py::none(),
+     "DequantizeLinear per tensor, ONNX's arithmetic in fp32: y = float(x - zero_point) * scale; x uint8 or int8, "
+     "y float32 of x's shape.");
+
+  km.def("dequantize_linear_kernel", [](std::optional<std::string> isa) {
+    return std::string(k::qu8_dequantize_kernel_name(table_for(isa)));
+  }, py::arg("isa") = py::none(), "The DequantizeLinear kernel a level runs.");
+
   km.def("quantize_linear_kernel", [](std::optional<std::string> isa) {
     return std::string(k::qu8_quantize_kernel_name(table_for(isa)));
   }, py::arg("isa") = py::none(), "The QuantizeLinear kernel a level runs.");

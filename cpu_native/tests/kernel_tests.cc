@@ -1730,6 +1730,52 @@ void test_qu8_lut_concat(const KernelTable& t) {
   report(fam);
 }
 
+// QuantizeLinear and DequantizeLinear per tensor at the level against the scalar formulas: random
+// values, the special floats (NaN, infinities, signed zeros, subnormals, extremes) and the rounding
+// ties of QuantizeLinear; every code of DequantizeLinear, uint8 and int8; lengths that leave tails.
+void test_qu8_convert(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_convert", t.name};
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float scales[] = {0.5f, 0.0173f, 3.7f, 2e-5f};
+  for (float scale : scales) {
+    std::vector<float> x = random_vec(300, -300.0f * scale, 300.0f * scale);
+    for (float v : {nan, -nan, inf, -inf, 0.0f, -0.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f, 2147483648.0f})
+      x.push_back(v);
+    for (int k = -20; k < 20; ++k) x.push_back((static_cast<float>(k) + 0.5f) * scale);
+    for (int zp : {0, 128, 255, -128, -5, 127}) {
+      const int32_t qmin = zp < 0 || zp == 127 ? -128 : 0, qmax = qmin == 0 ? 255 : 127;
+      for (size_t n : {x.size(), size_t{1}, size_t{15}, size_t{17}, size_t{63}, size_t{65}}) {
+        std::vector<uint8_t> got(n), want(n);
+        const Qu8QuantizeParams params{scale, static_cast<float>(zp), qmin, qmax};
+        qu8_quantize__scalar(x.data(), want.data(), n, &params);
+        qu8_quantize_linear(x.data(), n, scale, static_cast<float>(zp), qmin, qmax, got.data(), 1 + n % 2, &t);
+        check_bytes(fam, "quantize scale=" + std::to_string(scale) + " zp=" + std::to_string(zp) + " n=" +
+                             std::to_string(n), got.data(), want.data(), n);
+      }
+    }
+  }
+  std::vector<uint8_t> codes(256 + 200);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = i < 256 ? static_cast<uint8_t>(i) : static_cast<uint8_t>(rng());
+  for (bool is_signed : {false, true})
+    for (int zp : is_signed ? std::vector<int>{-128, 0, 127, -5} : std::vector<int>{0, 128, 255, 3})
+      for (float scale : {0.5f, 0.0173f, 3.7e-7f, -2.5f})
+        for (size_t n : {codes.size(), size_t{1}, size_t{7}, size_t{8}, size_t{17}, size_t{33}, size_t{65}}) {
+          std::vector<float> got(n + 1, 7.0f), want(n + 1, 7.0f);
+          for (size_t i = 0; i < n; ++i) {
+            const int32_t code = is_signed ? static_cast<int8_t>(codes[i]) : codes[i];
+            want[i] = static_cast<float>(code - zp) * scale;
+          }
+          qu8_dequantize_linear(codes.data(), is_signed, n, scale, zp, got.data(), 1 + n % 2, &t);
+          // Bit patterns: the kernel must give the formula's fp32 values exactly (and write nothing past n).
+          check_bytes(fam, std::string("dequantize ") + (is_signed ? "int8" : "uint8") + " zp=" + std::to_string(zp) +
+                               " n=" + std::to_string(n),
+                      reinterpret_cast<const uint8_t*>(got.data()), reinterpret_cast<const uint8_t*>(want.data()),
+                      (n + 1) * sizeof(float));
+        }
+  report(fam);
+}
+
 void test_qu8_eltwise(const KernelTable& t) {
   reseed();
   Family fam{"qu8_eltwise", t.name};
@@ -2008,6 +2054,7 @@ int main(int argc, char** argv) {
     test_qu8_eltwise(t);
     test_qu8_lut_concat(t);
     test_qu8_pool(t);
+    test_qu8_convert(t);
     if (t.has_f16_arith()) {
       test_f16_gemm(t);
       test_f16_conv(t);

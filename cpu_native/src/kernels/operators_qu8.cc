@@ -389,6 +389,27 @@ Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name) {
   return k;
 }
 
+Qu8DequantizeUkernel qu8_dequantize_kernel(Isa isa, const char** name) {
+  Qu8DequantizeUkernel k = qu8_dequantize__scalar;
+  const char* n = "qu8_dequantize__scalar";
+  switch (isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    case Isa::Avx2:
+    case Isa::AvxVnni: k = qu8_dequantize_32x__avx2; n = "qu8_dequantize_32x__avx2"; break;
+    case Isa::Avx512:
+    case Isa::Avx512Vnni: k = qu8_dequantize_64x__avx512skx; n = "qu8_dequantize_64x__avx512skx"; break;
+#endif
+#if defined(__aarch64__)
+    case Isa::Neon:
+    case Isa::NeonFp16:
+    case Isa::NeonDot: k = qu8_dequantize_16x__neon; n = "qu8_dequantize_16x__neon"; break;
+#endif
+    default: break;
+  }
+  if (name != nullptr) *name = n;
+  return k;
+}
+
 // QuantizeLinear's codes: uint8 or int8 values.
 static void require_code_range(int32_t qmin, int32_t qmax) {
   require(qmin >= -128 && qmin <= qmax && qmax <= 255, "qu8_quantize_linear: need -128 <= qmin <= qmax <= 255");
@@ -422,6 +443,25 @@ void qu8_quantize_linear(const float* x, size_t count, float scale, float zero_p
   require_code_range(qmin, qmax);
   const Qu8QuantizeUkernel kernel = qu8_quantize_kernel(table_or_active(t).isa);
   const Qu8QuantizeParams params{scale, zero_point, qmin, qmax};
+  const size_t chunk = 16384;
+  parallel_for(div_up(count, chunk), threads, [&](size_t begin, size_t end) {
+    const size_t lo = begin * chunk, hi = min_size(count, end * chunk);
+    kernel(x + lo, y + lo, hi - lo, &params);
+  });
+}
+
+const char* qu8_dequantize_kernel_name(const KernelTable* t) {
+  const char* name = nullptr;
+  qu8_dequantize_kernel(table_or_active(t).isa, &name);
+  return name;
+}
+
+void qu8_dequantize_linear(const uint8_t* x, bool is_signed, size_t count, float scale, int32_t zero_point, float* y,
+                           size_t threads, const KernelTable* t) {
+  require(zero_point >= (is_signed ? -128 : 0) && zero_point <= (is_signed ? 127 : 255),
+          "qu8_dequantize_linear: the zero point is not a code of the input's type");
+  const Qu8DequantizeUkernel kernel = qu8_dequantize_kernel(table_or_active(t).isa);
+  const Qu8DequantizeParams params{scale, zero_point, is_signed};
   const size_t chunk = 16384;
   parallel_for(div_up(count, chunk), threads, [&](size_t begin, size_t end) {
     const size_t lo = begin * chunk, hi = min_size(count, end * chunk);

@@ -155,6 +155,13 @@ void qu8_quantize_linear_to_nhwc(const float* x, size_t n, size_t c, size_t hw, 
                                  int32_t qmin, int32_t qmax, uint8_t* y, size_t threads,
                                  const KernelTable* t = nullptr);
 
+// DequantizeLinear per tensor: y = float(x - zero_point) * scale over count uint8 (or, is_signed,
+// int8) codes.
+void qu8_dequantize_linear(const uint8_t* x, bool is_signed, size_t count, float scale, int32_t zero_point, float* y,
+                           size_t threads, const KernelTable* t = nullptr);
+// The kernel qu8_dequantize_linear runs at a level.
+const char* qu8_dequantize_kernel_name(const KernelTable* t = nullptr);
+
 // The kernel qu8_quantize_linear runs at a level.
 const char* qu8_quantize_kernel_name(const KernelTable* t = nullptr);
 

@@ -132,6 +132,23 @@ void qu8_quantize_32x__avx2(const float* x, uint8_t* y, size_t n, const Qu8Quant
   if (i < n) qu8_quantize__scalar(x + i, y + i, n - i, params);
 }
 
+// DequantizeLinear (qu8_ukernels.h): codes widened to int32, less the zero point, to fp32 (exact),
+// one multiply; 32 a step, the tail by the scalar formula.
+void qu8_dequantize_32x__avx2(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params) {
+  const __m256 scale = _mm256_set1_ps(params->scale);
+  const __m256i zp = _mm256_set1_epi32(params->zero_point);
+  auto eight = [&](const uint8_t* p) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m256i codes = params->is_signed ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(codes, zp)), scale);
+  };
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (size_t j = 0; j < 4; ++j) _mm256_storeu_ps(y + i + 8 * j, eight(x + i + 8 * j));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, eight(x + i));
+  if (i < n) qu8_dequantize__scalar(x + i, y + i, n - i, params);
+}
+
 void qu8_maxpool_32c__avx2(const Qu8PoolArgs* a, size_t row_begin, size_t row_end) {
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;

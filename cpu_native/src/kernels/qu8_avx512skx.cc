@@ -289,6 +289,25 @@ void qu8_requantize_16x__avx512skx(const uint8_t* x, uint8_t* y, size_t n, int32
   }
 }
 
+// DequantizeLinear (qu8_ukernels.h): codes widened to int32, less the zero point, to fp32 (exact),
+// one multiply; the tail under a mask.
+void qu8_dequantize_64x__avx512skx(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params) {
+  const __m512 scale = _mm512_set1_ps(params->scale);
+  const __m512i zp = _mm512_set1_epi32(params->zero_point);
+  auto sixteen = [&](const uint8_t* p, __mmask16 m) {
+    const __m128i bytes = _mm_maskz_loadu_epi8(m, p);
+    const __m512i codes = params->is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(codes, zp)), scale);
+  };
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (size_t j = 0; j < 4; ++j) _mm512_storeu_ps(y + i + 16 * j, sixteen(x + i + 16 * j, 0xFFFF));
+  for (; i < n; i += 16) {
+    const __mmask16 m = first16(n - i);
+    _mm512_mask_storeu_ps(y + i, m, sixteen(x + i, m));
+  }
+}
+
 // QuantizeLinear (qu8_ukernels.h): vdivps, vrndscaleps to nearest (halves to even), vaddps, then
 // vmaxps with the NaN on the left (it returns the right operand, qmin, for a NaN) and vminps; the
 // conversion is exact and vpmovdb keeps each code's low byte.

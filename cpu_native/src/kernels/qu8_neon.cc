@@ -432,6 +432,31 @@ void qu8_quantize_16x__neon(const float* x, uint8_t* y, size_t n, const Qu8Quant
   if (i < n) qu8_quantize__scalar(x + i, y + i, n - i, params);
 }
 
+// DequantizeLinear (qu8_ukernels.h): codes widened to int32 (USHLL/SSHLL), less the zero point, to
+// fp32 (SCVTF: exact), one FMUL; the tail by the scalar formula.
+void qu8_dequantize_16x__neon(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params) {
+  const float32x4_t scale = vdupq_n_f32(params->scale);
+  const int32x4_t zp = vdupq_n_s32(params->zero_point);
+  auto four = [&](int16x4_t codes) { return vmulq_f32(vcvtq_f32_s32(vsubq_s32(vmovl_s16(codes), zp)), scale); };
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const uint8x16_t bytes = vld1q_u8(x + i);
+    int16x8_t lo, hi;
+    if (params->is_signed) {
+      lo = vmovl_s8(vget_low_s8(vreinterpretq_s8_u8(bytes)));
+      hi = vmovl_high_s8(vreinterpretq_s8_u8(bytes));
+    } else {
+      lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(bytes)));
+      hi = vreinterpretq_s16_u16(vmovl_high_u8(bytes));
+    }
+    vst1q_f32(y + i, four(vget_low_s16(lo)));
+    vst1q_f32(y + i + 4, four(vget_high_s16(lo)));
+    vst1q_f32(y + i + 8, four(vget_low_s16(hi)));
+    vst1q_f32(y + i + 12, four(vget_high_s16(hi)));
+  }
+  if (i < n) qu8_dequantize__scalar(x + i, y + i, n - i, params);
+}
+
 #include "kernels/u8_interleave.inl"
 
 void u8_interleave__neon(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n) {

@@ -189,6 +189,14 @@ void qu8_quantize__scalar(const float* x, uint8_t* y, size_t n, const Qu8Quantiz
   }
 }
 
+// DequantizeLinear (qu8_ukernels.h): the code less its zero point (exact), times the scale.
+void qu8_dequantize__scalar(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params) {
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t code = params->is_signed ? static_cast<int8_t>(x[i]) : x[i];
+    y[i] = static_cast<float>(code - params->zero_point) * params->scale;
+  }
+}
+
 #include "kernels/u8_interleave.inl"
 
 void u8_interleave__scalar(const uint8_t* planes, size_t plane_stride, size_t c, uint8_t* y, size_t n) {

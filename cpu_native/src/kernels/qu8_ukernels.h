@@ -153,4 +153,24 @@ U8InterleaveUkernel u8_interleave_kernel(Isa isa);
 // neon's).
 Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name = nullptr);
 
+// DequantizeLinear per tensor, ONNX's arithmetic as edgesdk's numpy lowering computes it: y =
+// float(x - zero_point) * scale (the difference exact in fp32, one rounded multiply), x uint8 or
+// (is_signed) int8 codes. n values.
+struct Qu8DequantizeParams {
+  float scale;
+  int32_t zero_point;
+  bool is_signed;
+};
+using Qu8DequantizeUkernel = void (*)(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params);
+
+void qu8_dequantize__scalar(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params);
+#if defined(__x86_64__) || defined(_M_X64)
+void qu8_dequantize_32x__avx2(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params);
+void qu8_dequantize_64x__avx512skx(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params);
+#endif
+#if defined(__aarch64__)
+void qu8_dequantize_16x__neon(const uint8_t* x, float* y, size_t n, const Qu8DequantizeParams* params);
+#endif
+Qu8DequantizeUkernel qu8_dequantize_kernel(Isa isa, const char** name = nullptr);
+
 }  // namespace edgesdk::kernels

@@ -1,6 +1,6 @@
 """The cpu lowering of the quantize family (``edgesdk/ops/quantize.py``): QuantizeLinear and
-DequantizeLinear as numpy passes in the tensor's stored layout (they touch the graph's inputs and
-outputs only, where a pass over the tensor is the whole cost), and the integer ops."""
+DequantizeLinear per tensor as native passes in the tensor's stored layout (numpy where the dtypes
+have no kernel), per axis on the reference kernel, and the integer ops."""
 from __future__ import annotations
 
 import math
@@ -89,6 +89,14 @@ def dequantize_linear(node: Node, b: Builder) -> None:
     zp = np.int32(zero_point(b.graph.const(node.input(2))))
     x = b.read_stored(node.inputs[0])
     y = b.write(node.outputs[0], x.layout)
+    in_dtype, out_dtype = (np.dtype(b.graph.tensors[n].dtype) for n in (node.inputs[0], node.outputs[0]))
+    if in_dtype in (np.dtype(np.uint8), np.dtype(np.int8)) and out_dtype == np.dtype(np.float32):
+        # One pass where numpy makes two (the subtraction's float copy, then the multiply): the
+        # same fp32 arithmetic, bit for bit (qu8_ukernels.h, Qu8DequantizeParams).
+        k, threads = native_kernels(), b.threads_for(node)
+        b.emit(node, "native", lambda v: partial(k.dequantize_linear, v[x], float(scale), int(zp), v[y], threads),
+               f"per-tensor, {k.dequantize_linear_kernel()}")
+        return
 
     def bind(v: Views) -> Runner:
         xs, out = v[x], v[y]
