@@ -258,7 +258,7 @@ void qu8_add_16x__avx2(const Qu8BinaryArgs* a, size_t row_begin, size_t row_end)
   const __m256i b_scalar = _mm256_set1_epi32(a->b[0]);
   // The fp32 form (requantization.h, qu8_add_fp) where the constants allow it and MXCSR rounds to
   // nearest; its rare unvouched lanes, and every lane otherwise, take the three requantizations.
-  Qu8AddFp fp;
+  Qu8AddFp fp{};
   const bool use_fp = qu8_add_fp(*a, &fp) && fp_rounding_ok();
   const __m256 scale_a = _mm256_set1_ps(fp.scale_a), scale_b = _mm256_set1_ps(fp.scale_b);
   const __m256 offset_pos = _mm256_set1_ps(fp.offset_pos), offset_neg = _mm256_set1_ps(fp.offset_neg);

@@ -227,7 +227,7 @@ void qu8_add_16x__avx512skx(const Qu8BinaryArgs* a, size_t row_begin, size_t row
   const __m512i b_scalar = _mm512_set1_epi32(a->b[0]);
   // The fp32 form (requantization.h, qu8_add_fp; embedded rounding to nearest) where the constants
   // allow it; its rare unvouched lanes, and every lane otherwise, take the three requantizations.
-  Qu8AddFp fp;
+  Qu8AddFp fp{};
   const bool use_fp = qu8_add_fp(*a, &fp);
   const __m512 scale_a = _mm512_set1_ps(fp.scale_a), scale_b = _mm512_set1_ps(fp.scale_b);
   const __m512 offset_pos = _mm512_set1_ps(fp.offset_pos), offset_neg = _mm512_set1_ps(fp.offset_neg);
