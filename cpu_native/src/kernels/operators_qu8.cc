@@ -368,47 +368,56 @@ void qu8_depthwise_conv(const uint8_t* input, size_t n, size_t h, size_t w, size
 
 // ---------------------------------------------------------------------------------------------
 
-Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name) {
-  Qu8QuantizeUkernel k = qu8_quantize__scalar;
-  const char* n = "qu8_quantize__scalar";
+// The streaming kernels (QuantizeLinear, DequantizeLinear, the NHWC interleave) have one variant
+// per register width, shared by the levels of that width: which width a level is, in one place.
+enum class StreamWidth { Scalar, Avx2, Avx512, Neon };
+static StreamWidth stream_width(Isa isa) {
   switch (isa) {
-#if defined(__x86_64__) || defined(_M_X64)
     case Isa::Avx2:
-    case Isa::AvxVnni: k = qu8_quantize_32x__avx2; n = "qu8_quantize_32x__avx2"; break;
+    case Isa::AvxVnni: return StreamWidth::Avx2;
     case Isa::Avx512:
-    case Isa::Avx512Vnni: k = qu8_quantize_64x__avx512skx; n = "qu8_quantize_64x__avx512skx"; break;
-#endif
-#if defined(__aarch64__)
+    case Isa::Avx512Vnni: return StreamWidth::Avx512;
     case Isa::Neon:
     case Isa::NeonFp16:
-    case Isa::NeonDot: k = qu8_quantize_16x__neon; n = "qu8_quantize_16x__neon"; break;
-#endif
-    default: break;
+    case Isa::NeonDot: return StreamWidth::Neon;
+    default: return StreamWidth::Scalar;
   }
-  if (name != nullptr) *name = n;
-  return k;
+}
+
+// kernel, its symbol's spelling stored in *name (when asked for).
+template <class K>
+static K named(K kernel, const char* spelled, const char** name) {
+  if (name != nullptr) *name = spelled;
+  return kernel;
+}
+#define EDGESDK_NAMED(kernel) named(kernel, #kernel, name)
+
+Qu8QuantizeUkernel qu8_quantize_kernel(Isa isa, const char** name) {
+  switch (stream_width(isa)) {
+#if defined(__x86_64__) || defined(_M_X64)
+    case StreamWidth::Avx2: return EDGESDK_NAMED(qu8_quantize_32x__avx2);
+    case StreamWidth::Avx512: return EDGESDK_NAMED(qu8_quantize_64x__avx512skx);
+#endif
+#if defined(__aarch64__)
+    case StreamWidth::Neon: return EDGESDK_NAMED(qu8_quantize_16x__neon);
+#endif
+    default: return EDGESDK_NAMED(qu8_quantize__scalar);
+  }
 }
 
 Qu8DequantizeUkernel qu8_dequantize_kernel(Isa isa, const char** name) {
-  Qu8DequantizeUkernel k = qu8_dequantize__scalar;
-  const char* n = "qu8_dequantize__scalar";
-  switch (isa) {
+  switch (stream_width(isa)) {
 #if defined(__x86_64__) || defined(_M_X64)
-    case Isa::Avx2:
-    case Isa::AvxVnni: k = qu8_dequantize_32x__avx2; n = "qu8_dequantize_32x__avx2"; break;
-    case Isa::Avx512:
-    case Isa::Avx512Vnni: k = qu8_dequantize_64x__avx512skx; n = "qu8_dequantize_64x__avx512skx"; break;
+    case StreamWidth::Avx2: return EDGESDK_NAMED(qu8_dequantize_32x__avx2);
+    case StreamWidth::Avx512: return EDGESDK_NAMED(qu8_dequantize_64x__avx512skx);
 #endif
 #if defined(__aarch64__)
-    case Isa::Neon:
-    case Isa::NeonFp16:
-    case Isa::NeonDot: k = qu8_dequantize_16x__neon; n = "qu8_dequantize_16x__neon"; break;
+    case StreamWidth::Neon: return EDGESDK_NAMED(qu8_dequantize_16x__neon);
 #endif
-    default: break;
+    default: return EDGESDK_NAMED(qu8_dequantize__scalar);
   }
-  if (name != nullptr) *name = n;
-  return k;
 }
+#undef EDGESDK_NAMED
 
 // QuantizeLinear's codes: uint8 or int8 values.
 static void require_code_range(int32_t qmin, int32_t qmax) {
@@ -416,17 +425,13 @@ static void require_code_range(int32_t qmin, int32_t qmax) {
 }
 
 U8InterleaveUkernel u8_interleave_kernel(Isa isa) {
-  switch (isa) {
+  switch (stream_width(isa)) {
 #if defined(__x86_64__) || defined(_M_X64)
-    case Isa::Avx2:
-    case Isa::AvxVnni: return u8_interleave__avx2;
-    case Isa::Avx512:
-    case Isa::Avx512Vnni: return u8_interleave__avx512skx;
+    case StreamWidth::Avx2: return u8_interleave__avx2;
+    case StreamWidth::Avx512: return u8_interleave__avx512skx;
 #endif
 #if defined(__aarch64__)
-    case Isa::Neon:
-    case Isa::NeonFp16:
-    case Isa::NeonDot: return u8_interleave__neon;
+    case StreamWidth::Neon: return u8_interleave__neon;
 #endif
     default: return u8_interleave__scalar;
   }
