@@ -37,7 +37,15 @@ def ort_run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"]).run(None, feeds)
+    try:
+        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 (onnxruntime raises its own Fail type)
+        # an older onnxruntime refuses opsets newer than its release (1.30 on opset 28): the
+        # oracle is missing, which is not the backend's failure
+        if "is under development" in str(exc) and "Opset" in str(exc):
+            pytest.skip(f"onnxruntime {ort.__version__} does not run this model's opset (the oracle needs a newer one)")
+        raise
+    return session.run(None, feeds)
 
 
 def assert_close(actual: np.ndarray, expected: np.ndarray, rtol: float = 1e-4, what: str = "") -> None:

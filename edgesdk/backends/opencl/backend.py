@@ -99,7 +99,7 @@ class OpenCLBackend(Backend):
         self._check_graph()
         self._half = self._storage()
         self._root = self._view_roots()
-        self._tensors, self._io, self._scratch, self.memory_report = self._allocate()
+        self._tensors, self._io, self._scratch, self._arena, self.memory_report = self._allocate()
         self._steps = self._lower()
         self.steps = tuple(self._step_info(step) for step in self._steps)
         self._runners = [self._runner(step) for step in self._steps if step.placement != "view"]
@@ -212,7 +212,7 @@ class OpenCLBackend(Backend):
                               unplanned_activation_bytes=sum(b.nbytes for b in blocks),
                               io_bytes=sum(b.nbytes for b in io.values()), weight_bytes=0,
                               zero_copy=self.zero_copy)
-        return tensors, io, scratch, report
+        return tensors, io, scratch, arena, report
 
     def _nbytes(self, name: str) -> int:
         tensor = self.plan.graph.tensors[name]
@@ -315,7 +315,10 @@ class OpenCLBackend(Backend):
         with self._lock:
             self._closed = True
             self._steps, self._runners, self._io_args = [], [], []
+            if self._arena is not None:
+                self._arena.release_sub_buffers()  # newest first: see memory.py
             self._io, self._bound_io, self._tensors, self._scratch = {}, {}, {}, {}
+            self._arena = None
 
     def _check_open(self) -> None:
         if self._closed:

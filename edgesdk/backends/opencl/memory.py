@@ -9,6 +9,14 @@ hazard the seed warns about).
 
 A DeviceBuffer is not thread-safe (its map state is one attribute): the backend maps and writes
 its buffers only under its run lock, and an io binding's buffers belong to that binding.
+
+The arena's sub-buffers overlap by design (tensors whose lives do not overlap share memory), and
+the order they are freed in matters on NVIDIA's driver: 580.159 (H100) crashes inside
+clReleaseMemObject when a sub-buffer is released while a later sub-buffer overlapping it, both
+used by kernels, is still alive (measured with bare pyopencl: nested, partial and suffix overlaps
+all crash freed oldest-first and pass freed newest-first). So a parent owns its sub-buffers'
+OpenCL objects and frees them itself, newest first, whoever drops the last reference and in
+whatever order the garbage collector finalizes the Python objects.
 """
 from __future__ import annotations
 
@@ -25,6 +33,11 @@ class MappedBufferError(EdgeSDKError, RuntimeError):
     """A kernel would run on a buffer that is mapped for host access."""
 
 
+def release_cl_object(cl_object: Any) -> None:
+    """clReleaseMemObject now (pyopencl then skips it when the object is collected)."""
+    cl_object.release()
+
+
 class DeviceBuffer:
     """One OpenCL buffer (or a sub-buffer of the arena) and whether the host holds it mapped."""
 
@@ -38,14 +51,31 @@ class DeviceBuffer:
         self.parent = parent
         self.origin = origin
         self._mapping: Any = None  # pyopencl's MemoryMap while mapped
+        self._sub_buffers: list[Any] = []  # the OpenCL objects of this buffer's sub-buffers, oldest first
         mf = cl.mem_flags
         if parent is not None:
             self.cl_buffer = parent.cl_buffer.get_sub_region(origin, self.nbytes)
+            parent._sub_buffers.append(self.cl_buffer)
         else:
             flags = mf.READ_ONLY if read_only else mf.READ_WRITE
             if zero_copy:
                 flags |= mf.ALLOC_HOST_PTR
             self.cl_buffer = cl.Buffer(device.context, flags, self.nbytes)
+
+    def release_sub_buffers(self) -> None:
+        """Free this buffer's sub-buffers now, newest first (see the module docstring); they must
+        not be used afterwards. The buffer itself is freed with its last reference."""
+        while self._sub_buffers:
+            release_cl_object(self._sub_buffers.pop())
+
+    def __del__(self) -> None:
+        # The sub-buffers' DeviceBuffers hold their parent, so on the reference-counting path this
+        # runs after theirs; when the collector frees a cycle it runs in any order, and the
+        # sub-buffers' OpenCL objects are still alive here either way (this list holds them).
+        try:
+            self.release_sub_buffers()
+        except Exception:  # noqa: BLE001 (interpreter shutdown: pyopencl may be half torn down)
+            pass
 
     @property
     def mapped(self) -> bool:

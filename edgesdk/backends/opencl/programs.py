@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -116,13 +117,15 @@ class ProgramCache:
         binary = _read_entry(path)
         if binary is not None:
             try:
-                program = cl.Program(self.device.context, [self.device.cl_device], [binary]).build(options)
+                program = self._quiet(file, lambda: cl.Program(self.device.context, [self.device.cl_device],
+                                                               [binary]).build(options))
                 self.stats.binary_loads += 1
                 return program
             except cl.Error as exc:  # driver update or a damaged file: rebuild from source
                 log.info("cached OpenCL binary %s rejected (%s); rebuilding", path.name, exc)
         try:
-            program = cl.Program(self.device.context, source).build(options, devices=[self.device.cl_device])
+            program = self._quiet(file, lambda: cl.Program(self.device.context, source).build(
+                options, devices=[self.device.cl_device]))
         except cl.Error as exc:
             errors = [line.strip() for line in str(exc).splitlines() if "error" in line.lower()]
             raise BackendUnavailableError(
@@ -130,6 +133,23 @@ class ProgramCache:
                 f"{' | '.join(errors[-3:])[:600]}") from None
         self.stats.source_builds += 1
         _write_entry(path, program.get_info(cl.program_info.BINARIES)[0])
+        return program
+
+
+    def _quiet(self, file: str, build: Any) -> Any:
+        """Run a build with pyopencl's CompilerWarning (any non-empty build log) silenced and the
+        log sent to the debug log instead (`-vv`): NVIDIA's compiler notes on every kernel
+        ("Function conv_gemm is a kernel, so overriding noinline attribute"), which no user can act
+        on, were printed for each program built. Errors still raise. catch_warnings swaps the
+        process's filters, which is safe here: builds run one at a time under the cache lock."""
+        cl = _cl()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            program = build()
+        if log.isEnabledFor(logging.DEBUG):
+            text = program.get_build_info(self.device.cl_device, cl.program_build_info.LOG).strip()
+            if text:
+                log.debug("OpenCL compiler output for %s: %s", file, text[:2000])
         return program
 
 
