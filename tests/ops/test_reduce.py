@@ -4,6 +4,8 @@ noop_with_empty_axes, runs of axes that need several kernel passes, NHWC-stored 
 ArgMax / ArgMin with their int64 output in fp32 and fp16 mode."""
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import onnx
 import onnx.helper as oh
@@ -31,7 +33,10 @@ def reduce_model(op: str, shape: tuple[int, ...], axes: list[int] | None, opset:
 
 
 def reduce_input(op: str, shape: tuple[int, ...]) -> np.ndarray:
-    x = R.standard_normal(shape).astype(np.float32)
+    # Seeded by the case, not drawn from the module's generator: the draw then depended on which
+    # tests an xdist worker had run before, and one draw (on an H100 run) gave a ReduceMean of
+    # 1.3e-5 from inputs of size 1, where fp16's rounding is no longer within the relative tolerance.
+    x = np.random.default_rng(zlib.crc32(f"{op}{shape}".encode())).standard_normal(shape).astype(np.float32)
     if op == "ReduceLogSum":
         return np.abs(x) + 0.5  # a log of a positive sum
     if op == "ReduceProd":
