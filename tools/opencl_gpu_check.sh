@@ -28,7 +28,7 @@ if [[ " $steps " == *" tests "* ]]; then
     tests/test_cl_kernels_ops.py tests/test_concurrency.py tests/test_nan_inf.py tests/test_graph_cut_and_fp16.py \
     tests/test_session_api.py tests/test_profile.py tests/test_report.py tests/test_sizes.py \
     tests/test_package_crafted.py tests/test_quant.py -k "opencl or cl_kernels" > "$OUT/tests.log" 2>&1 || rc=1
-  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -25
+  grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/tests.log" | tail -25
 fi
 if [[ " $steps " == *" bench "* ]]; then
   python3 tools/bench_opencl.py --rounds 3 --min-time 3 --json > "$OUT/bench.log" 2>&1 || rc=1
