@@ -19,7 +19,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ...errors import BackendUnavailableError
 from ...fileio import atomic_write_bytes
@@ -135,13 +135,13 @@ class ProgramCache:
         _write_entry(path, program.get_info(cl.program_info.BINARIES)[0])
         return program
 
-
-    def _quiet(self, file: str, build: Any) -> Any:
+    def _quiet(self, file: str, build: Callable[[], Any]) -> Any:
         """Run a build with pyopencl's CompilerWarning (any non-empty build log) silenced and the
         log sent to the debug log instead (`-vv`): NVIDIA's compiler notes on every kernel
         ("Function conv_gemm is a kernel, so overriding noinline attribute"), which no user can act
         on, were printed for each program built. Errors still raise. catch_warnings swaps the
-        process's filters, which is safe here: builds run one at a time under the cache lock."""
+        process's filters for the build (one device's builds run one at a time under the cache
+        lock): a warning another thread raises during a build may go unshown."""
         cl = _cl()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", cl.CompilerWarning)
