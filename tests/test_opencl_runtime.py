@@ -155,6 +155,25 @@ def test_other_families_tunings_compute_the_same(family) -> None:
 
 # -- program binary cache -----------------------------------------------------------------------
 
+def test_compiler_notes_go_to_the_debug_log(caplog) -> None:
+    """NVIDIA's compiler leaves a note in the build log of every kernel, and pyopencl turned each
+    into a CompilerWarning on stderr: a build's CompilerWarnings stay quiet (the debug log, on here,
+    gets the build log instead)."""
+    import warnings
+
+    import pyopencl as cl
+    cache = program_cache(open_device())
+    built = cl.Program(cache.device.context, "__kernel void k(__global float *p) { p[0] = 1.0f; }").build()
+
+    def noisy_build():
+        warnings.warn("Non-empty compiler output encountered", cl.CompilerWarning)
+        return built
+    with warnings.catch_warnings(record=True) as shown, caplog.at_level("DEBUG", logger="edgesdk.opencl"):
+        warnings.simplefilter("always")
+        assert cache._quiet("k.cl", noisy_build) is built
+    assert not [w for w in shown if issubclass(w.category, cl.CompilerWarning)]
+
+
 def test_second_session_loads_cached_binaries(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("EDGESDK_CACHE_DIR", str(tmp_path))
     cache = program_cache(open_device(None))
