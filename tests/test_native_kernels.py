@@ -32,8 +32,8 @@ DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
-            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_depthwise", "qu8_eltwise", "qu8_pool",
-            "qu8_lut_concat", "qu8_convert"}
+            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_igemm_ukernel", "qu8_depthwise", "qu8_eltwise",
+            "qu8_pool", "qu8_lut_concat", "qu8_convert"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "gemm_scalar.cc",
