@@ -1633,10 +1633,12 @@ void test_qu8_overread(const KernelTable& t) {
 // above reach them only through their own tiling): qu8_igemm with every mr in 1..MR and nr in
 // 1..NR, and qu8_igemm_x2 (where the level has it) with nr in NR+1..2NR; kc 1..67 (tails of 4 bytes,
 // and of 64 bytes of K' = ks * round_up(kc, 4), AMX's tail tiles), ks 1..9, and long K (3x3 x 512
-// channels, 4096, ...). Every row is its own round_up(kc, KR) bytes (junk past kc: the weights there
-// are zero), the rows laid end to end in a buffer that ends where an inaccessible page begins and
-// dealt to the (s, m) slots in a random order; the slots of rows >= mr hold null (only rows < mr may
-// be read). Bias, weights and the requantization come from pack_qu8_gemm_weights with input zero
+// channels, 4096, ...). Every row is round_up(kc, KR) readable bytes (junk past kc: the weights there
+// are zero) in a buffer that ends where an inaccessible page begins; a kernel position's rows are
+// either distinct rows dealt at random or evenly spaced (ascending, descending, gaps between rows,
+// all one pointer: what AMX's kernels read in place; rotating per case and per position), and the
+// last row of the buffer ends the page; the slots of rows >= mr hold null (only rows < mr may be
+// read). Bias, weights and the requantization come from pack_qu8_gemm_weights with input zero
 // point 0 (the packed bias is the bias); channels with realistic scales (the fp32 form of the
 // AVX-512 requantization) and, in some cases, every third one extreme (the integer form); clamps:
 // none, Relu (qmin = zero point), Relu6-like, narrow; biases near INT32_MAX (the sum wraps). The
@@ -1656,8 +1658,12 @@ void test_qu8_igemm_ukernel(const KernelTable& t) {
     }
   for (size_t mr = 1; mr <= MR; ++mr)
     for (size_t nr = 1; nr <= max_nr; ++nr) {
-      cases.push_back({mr, nr, 67, 2});  // K' = 136 (AMX: two 64-byte blocks and a tail of 8)
-      if (!g_quick) cases.push_back({mr, nr, 64, 1});  // one block exactly
+      cases.push_back({mr, nr, 67, 2});  // a position of 68 bytes (AMX: a 64-byte tile and a tail of 4)
+      if (!g_quick) {
+        cases.push_back({mr, nr, 64, 1});  // one tile exactly
+        cases.push_back({mr, nr, 21, 1});  // (avx512amx runs these two on vpdpbusd)
+        cases.push_back({mr, nr, 5, 3});
+      }
     }
   const std::pair<size_t, size_t> long_k[] = {{512, 9}, {4096, 1}, {255, 9}, {3, 49}, {1000, 3}, {130, 5}};
   for (const auto& [kc, ks] : long_k) {
@@ -1669,18 +1675,41 @@ void test_qu8_igemm_ukernel(const KernelTable& t) {
     ++index;
     const size_t kcp = round_up(cs.kc, KR), k = cs.ks * cs.kc, n = cs.nr;
     const bool x2 = cs.nr > NR;
-    // Rows: ks * mr of kcp bytes, the last one ending the buffer.
-    const size_t rows = cs.ks * cs.mr;
-    GuardedBytes buf(rows * kcp);
-    const auto bytes = random_u8(rows * kcp);
-    std::memcpy(buf.data(), bytes.data(), bytes.size());
-    if (index % 5 == 0) std::memset(buf.data(), 255, bytes.size());  // the largest products
-    std::vector<size_t> order(rows);
-    for (size_t r = 0; r < rows; ++r) order[r] = r;
-    std::shuffle(order.begin(), order.end(), rng);
+    // The rows of each position: 0 distinct rows in a random order (all positions sharing one
+    // shuffled pool), 1 evenly spaced kcp apart (a GEMM's rows), 2 with a gap of `gap` bytes, 3
+    // descending, 4 one pointer for all (padding). Case index % 3: all positions layout 0, all 1,
+    // or each its own at random. Positions are laid out one after the other, the last one ending
+    // the buffer.
+    const size_t gap = index % 2 == 0 ? 4 : 60;
+    std::vector<int> layout(cs.ks);
+    for (size_t s = 0; s < cs.ks; ++s) layout[s] = index % 3 == 0 ? 0 : index % 3 == 1 ? 1 : static_cast<int>(rng() % 5);
+    auto span = [&](int l) {  // bytes a position's rows take
+      return l == 4 ? kcp : l == 2 || l == 3 ? (cs.mr - 1) * (kcp + gap) + kcp : cs.mr * kcp;
+    };
+    size_t total = 0;
+    for (size_t s = 0; s < cs.ks; ++s) total += span(layout[s]);
+    GuardedBytes buf(total);
+    const auto bytes = random_u8(total);
+    std::memcpy(buf.data(), bytes.data(), total);
+    if (index % 5 == 0) std::memset(buf.data(), 255, total);  // the largest products
     std::vector<const uint8_t*> a(cs.ks * MR, nullptr);
-    for (size_t s = 0; s < cs.ks; ++s)
-      for (size_t m = 0; m < cs.mr; ++m) a[s * MR + m] = buf.data() + order[s * cs.mr + m] * kcp;
+    std::vector<const uint8_t*> pool;  // the rows of layout-0 positions, dealt at random
+    size_t offset = 0;
+    for (size_t s = 0; s < cs.ks; ++s) {
+      const uint8_t* base = buf.data() + offset;
+      for (size_t m = 0; m < cs.mr; ++m) {
+        const uint8_t* row = base + m * kcp;
+        if (layout[s] == 2) row = base + m * (kcp + gap);
+        if (layout[s] == 3) row = base + (cs.mr - 1 - m) * (kcp + gap);
+        if (layout[s] == 4) row = base;
+        if (layout[s] == 0) pool.push_back(row);
+        else a[s * MR + m] = row;
+      }
+      offset += span(layout[s]);
+    }
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (size_t s = 0, next = 0; s < cs.ks; ++s)
+      for (size_t m = 0; m < cs.mr && layout[s] == 0; ++m) a[s * MR + m] = pool[next++];
     auto w = random_i8(n * k);
     if (index % 5 == 0)
       for (auto& v : w) v = static_cast<int8_t>(rng() % 2 ? 127 : -128);

@@ -5,22 +5,35 @@
 // multiply-adds an instruction, 16 times vpdpbusd's on a zmm. Products and sums are exact and wrap
 // modulo 2^32 like every other variant (ukernels.h).
 //
-// The kernel positions are one long reduction: K' = ks * round_up(kc, 4). Row m of the A operand is
-// the concatenation over s of a[s * 16 + m][0, round_up(kc, 4)); the panel's Qu8Layout::C4 lines
-// (64 bytes: 16 columns x 4 k) are then the B operand of K' row for row, one tile every 16 lines,
-// read straight from the packed weights (stride 64). A is gathered into a thread-local buffer (row
-// stride round_up(K', 64), plus 64 where that is a multiple of 128 so the 16 rows of a tile load do
-// not share L1 sets) with byte-masked loads: nothing past round_up(kc, 4) of a row is read, and only
-// rows < mr. The last K' % 64 bytes run through tail tiles configured that wide (A: K' % 64 bytes a
-// row, B: K' % 64 / 4 lines), so nothing past the panel is read either and no copy is made. After
+// Per kernel position s, the A operand's rows are a[s * 16 + m][0, round_up(kc, 4)) for m < mr and
+// the B operand is the panel's Qu8Layout::C4 lines of that position (64 bytes: 16 columns x 4 k),
+// one tile every 16 lines, read straight from the packed weights (stride 64). Where a position's
+// rows are evenly spaced in memory (GEMMs, 1x1 convolutions, stride-1 ones away from the image's
+// edges and row ends, positions wholly in the padding: one pointer), tileloadd reads them in place
+// with that stride; otherwise they are gathered into a thread-local buffer with byte-masked loads.
+// Either way nothing past round_up(kc, 4) bytes of a row is read, and only rows < mr: the last
+// round_up(kc, 4) % 64 bytes of a position run through tail tiles configured that wide (A: that
+// many bytes a row, B: a quarter as many lines), so nothing past the panel is read either. (One
+// long K' = ks * round_up(kc, 4), all positions gathered end to end, fills the tiles better for
+// small C, but gathering and then reading 16 x K' bytes cost more than the tiles save: ResNet-18's
+// 3x3 x 128 convolution took 1.09 us per 16 x 32 outputs that way, 0.48 us read in place.) After
 // the K loop the accumulator tiles go to memory, get the bias and the fused requantization of the
 // AVX-512 kernels (qu8_avx512.inl, store_tile: bit for bit the scalar formulas).
 //
-// Tile configuration: ldtilecfg costs ~120-170 TSC cycles (~50-65 ns on this Sapphire Rapids) and
-// tilerelease ~10; sttilecfg ~12. Every call reads the current configuration (sttilecfg) and loads
-// its own only when it differs (first call, after another AMX user on the thread, e.g. oneDNN, or
-// a call of another mr or K' % 64), and releases the tiles at the end only when kReleaseTiles is set
-// (see there for the measured cost of both ways).
+// Short K runs on avx512vnni's vpdpbusd loops instead (runs_vnni: one position of fewer than 48
+// bytes, or positions of at most 8), where the tile's fixed costs outweigh it.
+//
+// Tile configuration: measured on this Sapphire Rapids (KVM guest, TSC 2.6 GHz), ldtilecfg costs
+// ~115-180 TSC cycles (45-70 ns) a call, tilerelease ~10, sttilecfg ~12. Loading the configuration
+// at the start of every call and releasing the tiles at its end cost 30-85 ns a call of 16 x 32
+// outputs (K = 16: 168 ns against 110; ResNet-18's 3x3 x 128: 561 ns against 476; MobileNetV2's
+// 14x14 64->384 ran 0.81x avx512vnni's speed that way, 1.16x without). So a call reads the current
+// configuration (sttilecfg) and runs ldtilecfg only when it differs (the thread's first call, after
+// another AMX user on the thread such as oneDNN reconfigured or released the tiles, or a call with
+// another mr or tail width), and leaves the tiles configured (kReleaseTiles, -DEDGESDK_AMX_RELEASE_TILES=1
+// for tilerelease after every call). Tiles left in use cost the thread 8 KB more state to save on a
+// context switch; Linux (5.19 and later) releases them itself before the deep idle states that
+// need it (fpu_idle_fpregs).
 //
 // Compiled with the avx512vnni flags plus -mamx-tile -mamx-int8; selected at run time only, on CPUs
 // and kernels that enable AMX for the process (dispatch.cc, amx_permitted).
@@ -42,15 +55,17 @@ namespace edgesdk::kernels {
 namespace {
 
 #include "kernels/qu8_avx512.inl"
+#include "kernels/qu8_avx512vnni.inl"
 
 constexpr size_t MR = kAvx512AmxQu8MR;  // 16: a tile's rows
 static_assert(MR == 16 && kAvx512AmxQu8NR == 16, "one tile of 16 x 16 int32 per panel");
 
 #ifndef EDGESDK_AMX_RELEASE_TILES
-#define EDGESDK_AMX_RELEASE_TILES 1
+#define EDGESDK_AMX_RELEASE_TILES 0
 #endif
-// Whether a call ends with tilerelease (tiles back in their init state) or leaves them configured
-// for the next call, which then skips ldtilecfg when sttilecfg shows its own configuration.
+// Whether a call ends with tilerelease (tiles back in their init state), and then loads its
+// configuration on every call, or leaves them configured for the next call, which skips ldtilecfg
+// when sttilecfg shows its own configuration (see the top of the file).
 constexpr bool kReleaseTiles = EDGESDK_AMX_RELEASE_TILES;
 
 // ldtilecfg's 64-byte operand, palette 1: bytes per row and rows of tiles 0..7 (others zero).
@@ -126,25 +141,22 @@ static inline void configure(const TileConfig* cfg) {
   tile_loadconfig(cfg);
 }
 
-// Row stride of the gathered A: K' rounded up to 64, odd in 64-byte lines (a multiple of 128 would
+// Row stride of a gathered A: n bytes rounded up to 64, odd in 64-byte lines (a multiple of 128 would
 // put the 16 rows of a tile load into a few L1 sets; at 4 KB, one).
-static inline size_t a_stride(size_t kp) {
-  const size_t s = round_up(kp, 64);
+static inline size_t a_stride(size_t n) {
+  const size_t s = round_up(n, 64);
   return (s / 64) % 2 == 0 ? s + 64 : s;
 }
 
-// Rows [0, mr) of A: row m = a[s * MR + m][0, kcp) for s = 0..ks-1, at buf + m * stride.
-static void gather(size_t mr, size_t kcp, size_t ks, const uint8_t* const* a, uint8_t* buf, size_t stride) {
+// Rows [0, mr) of one position's A: row m = rows[m][0, kcp), at buf + m * stride.
+static void gather(size_t mr, size_t kcp, const uint8_t* const* rows, uint8_t* buf, size_t stride) {
   const size_t full = kcp / 64, rem = kcp % 64;
   const __mmask64 tail = rem != 0 ? ~uint64_t{0} >> (64 - rem) : 0;
-  for (size_t s = 0; s < ks; ++s) {
-    for (size_t m = 0; m < mr; ++m) {
-      const uint8_t* src = a[s * MR + m];
-      uint8_t* dst = buf + m * stride + s * kcp;
-      for (size_t j = 0; j < full; ++j)
-        _mm512_storeu_si512(dst + 64 * j, _mm512_loadu_si512(src + 64 * j));
-      if (rem != 0) _mm512_mask_storeu_epi8(dst + 64 * full, tail, _mm512_maskz_loadu_epi8(tail, src + 64 * full));
-    }
+  for (size_t m = 0; m < mr; ++m) {
+    const uint8_t* src = rows[m];
+    uint8_t* dst = buf + m * stride;
+    for (size_t j = 0; j < full; ++j) _mm512_storeu_si512(dst + 64 * j, _mm512_loadu_si512(src + 64 * j));
+    if (rem != 0) _mm512_mask_storeu_epi8(dst + 64 * full, tail, _mm512_maskz_loadu_epi8(tail, src + 64 * full));
   }
 }
 
@@ -174,25 +186,38 @@ static inline void finish_rows(const int32_t* tile, size_t mr, size_t nr, const 
   else finish<16>(tile, mr, nr, bias, rq, c, ldc, out);
 }
 
-// One call: kPanels (1 or 2) panels of 16 columns against rows [0, mr) of the indirection.
-template <size_t kPanels>
-void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w, const int32_t* bias,
-           const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  const size_t kcp = round_up(kc, 4), kp = ks * kcp;  // K'
-  const size_t blocks = kp / 64, tail = kp % 64;
-  const size_t stride = a_stride(kp);
-  uint8_t* abuf = a_buffer(MR * stride);
-  gather(mr, kcp, ks, a, abuf, stride);
-  const uint8_t* w0 = static_cast<const uint8_t*>(w);
-  const uint8_t* w1 = w0 + kp * 16;  // the second panel: ks * kcp / 4 lines of 64 bytes on
+// Rows [0, mr) of A as one tile source: true with *base = rows[0] and *stride = rows[1] - rows[0]
+// when every row i is rows[0] + i * stride (any stride, 0 and negative included: all-padding rows
+// share one pointer), so tileloadd reads them in place.
+static inline bool evenly_spaced(const uint8_t* const* rows, size_t mr, const uint8_t** base, long* stride) {
+  const uint64_t b = reinterpret_cast<uint64_t>(rows[0]);
+  const uint64_t d = mr > 1 ? reinterpret_cast<uint64_t>(rows[1]) - b : 0;
+  if (mr == MR) {
+    const __m512i idx = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i want0 = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(b)),
+                                           _mm512_mullo_epi64(idx, _mm512_set1_epi64(static_cast<long long>(d))));
+    const __m512i want1 = _mm512_add_epi64(want0, _mm512_set1_epi64(static_cast<long long>(8 * d)));
+    const __mmask8 ne = _mm512_cmpneq_epi64_mask(_mm512_loadu_si512(rows), want0) |
+                        _mm512_cmpneq_epi64_mask(_mm512_loadu_si512(rows + 8), want1);
+    if (ne != 0) return false;
+  } else {
+    for (size_t i = 2; i < mr; ++i)
+      if (reinterpret_cast<uint64_t>(rows[i]) != b + i * d) return false;
+  }
+  *base = rows[0];
+  *stride = static_cast<long>(d);
+  return true;
+}
 
-  TileConfig cfg;
-  make_config(&cfg, mr, tail);
-  configure(&cfg);
-  EDGESDK_TILE_ZERO(EDGESDK_TILE_C0);
-  if (kPanels == 2) EDGESDK_TILE_ZERO(EDGESDK_TILE_C1);
+// C0 (and C1) += rows [0, mr) of A (n bytes of K' from `x`, rows `stride` apart) times the matching
+// n / 4 lines of the panels at w0 (and w1): n / 64 full tiles, then the tail tiles (n % 64 must be
+// the configured tail, or 0).
+template <size_t kPanels>
+__attribute__((always_inline)) static inline void dot(const uint8_t* x, long stride, size_t n, const uint8_t* w0,
+                                                      const uint8_t* w1) {
+  const size_t blocks = n / 64;
   for (size_t kb = 0; kb < blocks; ++kb) {
-    EDGESDK_TILE_LOAD(EDGESDK_TILE_A, abuf + 64 * kb, stride);
+    EDGESDK_TILE_LOAD(EDGESDK_TILE_A, x + 64 * kb, stride);
     EDGESDK_TILE_LOAD(EDGESDK_TILE_B0, w0 + 1024 * kb, 64);
     EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C0, EDGESDK_TILE_A, EDGESDK_TILE_B0);
     if (kPanels == 2) {
@@ -200,14 +225,46 @@ void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, 
       EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C1, EDGESDK_TILE_A, EDGESDK_TILE_B1);
     }
   }
-  if (tail != 0) {
-    EDGESDK_TILE_LOAD(EDGESDK_TILE_ATAIL, abuf + 64 * blocks, stride);
+  if (n % 64 != 0) {
+    EDGESDK_TILE_LOAD(EDGESDK_TILE_ATAIL, x + 64 * blocks, stride);
     EDGESDK_TILE_LOAD(EDGESDK_TILE_B0TAIL, w0 + 1024 * blocks, 64);
     EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C0, EDGESDK_TILE_ATAIL, EDGESDK_TILE_B0TAIL);
     if (kPanels == 2) {
       EDGESDK_TILE_LOAD(EDGESDK_TILE_B1TAIL, w1 + 1024 * blocks, 64);
       EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C1, EDGESDK_TILE_ATAIL, EDGESDK_TILE_B1TAIL);
     }
+  }
+}
+
+// One call: kPanels (1 or 2) panels of 16 columns against rows [0, mr) of the indirection, kernel
+// position after kernel position: each from its rows in place where they are evenly spaced
+// (evenly_spaced: GEMMs, 1x1 convolutions, stride-1 ones away from the image's edges and row ends,
+// positions wholly in the padding), else from a gathered copy; full tiles of 64 bytes, then the
+// position's tail of round_up(kc, 4) % 64 bytes.
+template <size_t kPanels>
+void igemm_amx(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w, const int32_t* bias,
+               const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  const size_t kcp = round_up(kc, 4);
+  const uint8_t* w0 = static_cast<const uint8_t*>(w);
+  const uint8_t* w1 = w0 + ks * kcp * 16;  // the second panel: ks * kcp / 4 lines of 64 bytes on
+
+  TileConfig cfg;
+  make_config(&cfg, mr, kcp % 64);
+  configure(&cfg);
+  EDGESDK_TILE_ZERO(EDGESDK_TILE_C0);
+  if (kPanels == 2) EDGESDK_TILE_ZERO(EDGESDK_TILE_C1);
+  const size_t stride = a_stride(kcp);
+  uint8_t* abuf = nullptr;
+  for (size_t s = 0; s < ks; ++s) {
+    const uint8_t* x;
+    long x_stride;
+    if (!evenly_spaced(a + s * MR, mr, &x, &x_stride)) {
+      if (abuf == nullptr) abuf = a_buffer(MR * stride);
+      gather(mr, kcp, a + s * MR, abuf, stride);
+      x = abuf;
+      x_stride = static_cast<long>(stride);
+    }
+    dot<kPanels>(x, x_stride, kcp, w0 + s * kcp * 16, w1 + s * kcp * 16);
   }
   alignas(64) int32_t acc[kPanels][16 * 16];
   EDGESDK_TILE_STORE(EDGESDK_TILE_C0, acc[0], 64);
@@ -216,6 +273,40 @@ void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, 
 
   finish_rows(acc[0], mr, nr < 16 ? nr : 16, bias, rq, c, ldc, out);
   if (kPanels == 2) finish_rows(acc[kPanels - 1], mr, nr - 16, bias + 16, rq + kQu8RqRows * 16, c + 16, ldc, out);
+}
+
+// The same call on vpdpbusd (qu8_avx512vnni.inl, avx512vnni's 8-row loops; the packed panels are
+// the same Qu8Layout::C4 16-column ones): rows [0, 8), then [8, mr).
+template <size_t kPanels>
+void igemm_vnni(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w, const int32_t* bias,
+                const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  for (size_t i0 = 0; i0 < mr; i0 += 8) {
+    const size_t m = mr - i0 < 8 ? mr - i0 : 8;
+    if (kPanels == 1) {
+#define EDGESDK_CALL(M) igemm_loop<M, MR, DotStep>(m, nr, kc, ks, a + i0, w, bias, rq, c + i0 * ldc, ldc, out)
+      EDGESDK_QU8_DISPATCH_MR(m, EDGESDK_CALL)
+#undef EDGESDK_CALL
+    } else {
+      const int8_t* w8 = static_cast<const int8_t*>(w);
+#define EDGESDK_CALL(M) igemm_x2<M, MR>(m, nr, kc, ks, a + i0, w8, bias, rq, c + i0 * ldc, ldc, out)
+      EDGESDK_QU8_DISPATCH_MR(m, EDGESDK_CALL)
+#undef EDGESDK_CALL
+    }
+  }
+}
+
+// Whether a call runs on vpdpbusd: where a tile's fixed costs (configuration check, zeroing, the
+// accumulators' trip through memory) and tdpbusd's on short K outweigh 16 vpdpbusd per 4 k. Measured
+// on Sapphire Rapids, 16 x 32 outputs a call: one position of fewer than 48 bytes (MobileNets' 1x1
+// expansions, K = 16..32: AMX 110 ns, vpdpbusd 80 at K = 16; even at 48, AMX ahead from 64), or
+// several positions of at most 8 bytes each (RGB stems: 7x7x3 AMX 525 ns, vpdpbusd 348).
+static inline bool runs_vnni(size_t kcp, size_t ks) { return ks == 1 ? kcp < 48 : kcp <= 8; }
+
+template <size_t kPanels>
+void igemm(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const void* w, const int32_t* bias,
+           const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
+  if (runs_vnni(round_up(kc, 4), ks)) igemm_vnni<kPanels>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out);
+  else igemm_amx<kPanels>(mr, nr, kc, ks, a, w, bias, rq, c, ldc, out);
 }
 
 }  // namespace
