@@ -16,7 +16,7 @@
 // many bytes a row, B: a quarter as many lines), so nothing past the panel is read either. (One
 // long K' = ks * round_up(kc, 4), all positions gathered end to end, fills the tiles better for
 // small C, but gathering and then reading 16 x K' bytes cost more than the tiles save: ResNet-18's
-// 3x3 x 128 convolution took 1.09 us per 16 x 32 outputs that way, 0.48 us read in place.) After
+// 3x3 x 128 convolution took 1.09 us per 16 x 32 outputs that way, 0.50 us read in place.) After
 // the K loop the accumulator tiles go to memory, get the bias and the fused requantization of the
 // AVX-512 kernels (qu8_avx512.inl, store_tile: bit for bit the scalar formulas).
 //
@@ -25,14 +25,16 @@
 //
 // Tile configuration: measured on this Sapphire Rapids (KVM guest, TSC 2.6 GHz), ldtilecfg costs
 // ~115-180 TSC cycles (45-70 ns) a call, tilerelease ~10, sttilecfg ~12. Loading the configuration
-// at the start of every call and releasing the tiles at its end cost 30-85 ns a call of 16 x 32
-// outputs (K = 16: 168 ns against 110; ResNet-18's 3x3 x 128: 561 ns against 476; MobileNetV2's
-// 14x14 64->384 ran 0.81x avx512vnni's speed that way, 1.16x without). So a call reads the current
-// configuration (sttilecfg) and runs ldtilecfg only when it differs (the thread's first call, after
-// another AMX user on the thread such as oneDNN reconfigured or released the tiles, or a call with
-// another mr or tail width), and leaves the tiles configured (kReleaseTiles, -DEDGESDK_AMX_RELEASE_TILES=1
-// for tilerelease after every call). Tiles left in use cost the thread 8 KB more state to save on a
-// context switch; Linux (5.19 and later) releases them itself before the deep idle states that
+// at the start of every call and releasing the tiles at its end cost 40-90 ns a call of 16 x 32
+// outputs (1x1, K = 64: 191-197 ns against 129-130; 3x3 x 64: 341-345 against 290-299; 3x3 x 512:
+// 1972-1990 against 1900-1952); over kernel_bench's shapes, ResNet-18's 3x3 convolutions 0.479 ms
+// against 0.421, MobileNetV2's 1x1 ones 0.594 against 0.547 (14x14 64->384: 0.81x avx512vnni's
+// speed that way, 1.10x without). So a call reads the current configuration (sttilecfg) and runs
+// ldtilecfg only when it differs (the thread's first call; after another AMX user on the thread,
+// such as oneDNN, reconfigured or released the tiles; a call with another mr or tail width), and
+// leaves the tiles configured (kReleaseTiles; -DEDGESDK_AMX_RELEASE_TILES=1 for a tilerelease
+// after every call). Tiles left in use cost the thread 8 KB more state to save on a context
+// switch; Linux (5.19 and later) releases them itself before the deep idle states that
 // need it (fpu_idle_fpregs).
 //
 // Compiled with the avx512vnni flags plus -mamx-tile -mamx-int8; selected at run time only, on CPUs
