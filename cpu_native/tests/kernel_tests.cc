@@ -1629,6 +1629,32 @@ void test_qu8_overread(const KernelTable& t) {
   report(fam);
 }
 
+#if defined(__x86_64__)
+// What another AMX user on the thread (oneDNN, say) may leave between two calls of the avx512amx
+// kernels, which check the tile configuration rather than load it every call: how = 1 the tiles
+// released (init state), 2 a configuration of its own (12 rows x 48 bytes per tile) with junk in
+// every tile. Inline asm: no compiler flags needed; run only where the level runs.
+void disturb_amx_tiles(int how) {
+  if (how == 1) {
+    __asm__ volatile("tilerelease" ::: "memory");
+    return;
+  }
+  struct alignas(64) Config { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg{};
+  cfg.palette = 1;
+  for (int tile = 0; tile < 8; ++tile) {
+    cfg.colsb[tile] = 48;
+    cfg.rows[tile] = 12;
+  }
+  alignas(64) uint8_t junk[12 * 48];
+  for (auto& b : junk) b = static_cast<uint8_t>(rng());
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+#define EDGESDK_JUNK(t) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(junk), "r"(48L) : "memory")
+  EDGESDK_JUNK(0); EDGESDK_JUNK(1); EDGESDK_JUNK(2); EDGESDK_JUNK(3);
+  EDGESDK_JUNK(4); EDGESDK_JUNK(5); EDGESDK_JUNK(6); EDGESDK_JUNK(7);
+#undef EDGESDK_JUNK
+}
+#endif
+
 // The level's qu8 GEMM microkernels called directly (ukernels.h, Qu8IgemmUkernel: the operators
 // above reach them only through their own tiling): qu8_igemm with every mr in 1..MR and nr in
 // 1..NR, and qu8_igemm_x2 (where the level has it) with nr in NR+1..2NR; kc 1..67 (tails of 4 bytes,
@@ -1642,7 +1668,9 @@ void test_qu8_overread(const KernelTable& t) {
 // point 0 (the packed bias is the bias); channels with realistic scales (the fp32 form of the
 // AVX-512 requantization) and, in some cases, every third one extreme (the integer form); clamps:
 // none, Relu (qmin = zero point), Relu6-like, narrow; biases near INT32_MAX (the sum wraps). The
-// output rows are ldc > nr apart: bytes outside the mr x nr block must keep their sentinel.
+// output rows are ldc > nr apart: bytes outside the mr x nr block must keep their sentinel. On
+// avx512amx, two calls in three find the tiles released or configured by someone else
+// (disturb_amx_tiles); the third finds them as the previous call left them.
 void test_qu8_igemm_ukernel(const KernelTable& t) {
   reseed();
   Family fam{"qu8_igemm_ukernel", t.name};
@@ -1734,6 +1762,9 @@ void test_qu8_igemm_ukernel(const KernelTable& t) {
     }
     const size_t ldc = max_nr + 5;
     std::vector<uint8_t> c(MR * ldc, 0xA5);
+#if defined(__x86_64__)
+    if (t.isa == Isa::Avx512Amx && index % 3 != 0) disturb_amx_tiles(static_cast<int>(index % 3));
+#endif
     kernel(cs.mr, cs.nr, cs.kc, cs.ks, a.data(), packed.panel(0), packed.bias.data(), packed.panel_rq(0), c.data(), ldc,
            &packed.out);
     std::vector<uint8_t> got(cs.mr * n), want(cs.mr * n);
