@@ -82,11 +82,11 @@ static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 // Tiles (macros: the instructions name them in the mnemonic's text).
 #define EDGESDK_TILE_C0 0      // accumulators of the first panel: mr rows x 16 int32
 #define EDGESDK_TILE_C1 1      // of the second (x2)
-#define EDGESDK_TILE_A 2       // activations: mr rows x 64 bytes of K'
+#define EDGESDK_TILE_A 2       // activations: mr rows x 64 bytes of a kernel position
 #define EDGESDK_TILE_B0 3      // weights: 16 C4 lines of the first panel
 #define EDGESDK_TILE_B1 4      // of the second
-#define EDGESDK_TILE_ATAIL 5   // the last K' % 64 bytes of the rows
-#define EDGESDK_TILE_B0TAIL 6  // the last K' % 64 / 4 lines of the first panel
+#define EDGESDK_TILE_ATAIL 5   // the last round_up(kc, 4) % 64 bytes of a position's rows
+#define EDGESDK_TILE_B0TAIL 6  // the matching last lines (a quarter as many) of the first panel
 #define EDGESDK_TILE_B1TAIL 7  // of the second
 
 // Inline asm rather than GCC 12's intrinsics, whose ldtilecfg tells the compiler it reads 8 bytes
@@ -107,8 +107,8 @@ static inline void tile_storeconfig(TileConfig* cfg) { __asm__ volatile("sttilec
 #define EDGESDK_STR(x) EDGESDK_STR2(x)
 #define EDGESDK_STR2(x) #x
 
-// The configuration of a call: mr rows of A and C, and tail tiles K' % 64 bytes wide (unused, all
-// zero, when K' is a multiple of 64). The one-panel kernel configures the second panel's tiles too,
+// The configuration of a call: mr rows of A and C, and tail tiles `tail` = round_up(kc, 4) % 64 bytes
+// wide (unused, all zero, when that is 0). The one-panel kernel configures the second panel's tiles too,
 // so that the two kernels, alternating on a layer with an odd number of panels, share it.
 static inline void make_config(TileConfig* cfg, size_t mr, size_t tail) {
   _mm512_store_si512(cfg, _mm512_setzero_si512());
