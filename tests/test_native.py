@@ -22,7 +22,7 @@ DRIVER_SOURCES = [INCLUDE / "cpu_features.cc", ROOT / "cpu_native" / "tools" / "
 
 X86_FLAGS = {
     "sse4_2", "popcnt", "bmi2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512dq",
-    "avx512cd", "avx512bw", "avx512vl", "avx512vnni", "avx512vpopcntdq",
+    "avx512cd", "avx512bw", "avx512vl", "avx512vnni", "avx512vpopcntdq", "amx_tile", "amx_int8",
 }
 ARM_FLAGS = {"neon", "fp16", "fhm", "dotprod", "i8mm", "bf16", "sve"}
 # /proc/cpuinfo "flags" spelling -> ours, where they differ.

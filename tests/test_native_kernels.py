@@ -4,7 +4,8 @@ this CPU runs forced in turn, and cross-compiled for aarch64 under qemu-aarch64 
 ARMv8.2-A fp16-arithmetic kernels of the neonfp16 level on emulated CPUs that have FEAT_FP16, and the
 dot-product int8 GEMM of the neondot level on those that also have FEAT_DotProd). The int8 (qu8)
 families are checked bit for bit against a naive int64 reference at every level, the avx512vnni
-level included where this CPU has AVX512_VNNI and the avxvnni level where it has AVX-VNNI."""
+level included where this CPU has AVX512_VNNI, the avx512amx level where it also has AMX-TILE and
+AMX-INT8 (and the OS enables them), and the avxvnni level where it has AVX-VNNI."""
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,8 @@ DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
-            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_depthwise", "qu8_eltwise", "qu8_pool",
-            "qu8_lut_concat", "qu8_convert"}
+            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_igemm_ukernel", "qu8_depthwise", "qu8_eltwise",
+            "qu8_pool", "qu8_lut_concat", "qu8_convert"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "gemm_scalar.cc",
@@ -47,6 +48,7 @@ X86_SIMD = {
     "vector_kernels_avx512.cc": _SKX,
     "qu8_avx512skx.cc": _SKX,
     "qu8_avx512vnni.cc": [*_SKX, "-mavx512vnni"],  # the avx512vnni level's vpdpbusd GEMM
+    "qu8_avx512amx.cc": [*_SKX, "-mavx512vnni", "-mamx-tile", "-mamx-int8"],  # the avx512amx level's tdpbusd GEMM
     "qu8_avxvnni.cc": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],  # the avxvnni level's 256-bit vpdpbusd
 }
 ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [], "qu8_neon.cc": [],
@@ -61,21 +63,25 @@ X86_LINUX = sys.platform == "linux" and platform.machine() == "x86_64"
 # The ISA suffixes each level's kernels may carry, its GEMM tile (MR x NR), and the slots its table
 # fills (dispatch.h; neonfp16 adds the fp16-arithmetic ones).
 KERNEL_SUFFIXES = {"scalar": {"scalar"}, "avx2": {"avx2"}, "avxvnni": {"avx2", "avxvnni"}, "avx512": {"avx512f", "avx512skx"},
-                   "avx512vnni": {"avx512f", "avx512skx", "avx512vnni"}, "neon": {"neon"},
+                   "avx512vnni": {"avx512f", "avx512skx", "avx512vnni"},
+                   "avx512amx": {"avx512f", "avx512skx", "avx512vnni", "avx512amx"}, "neon": {"neon"},
                    "neonfp16": {"neon", "neonfp16"}, "neondot": {"neon", "neonfp16", "neondot"}}
-VECTOR_LANES = {"avx2": 8, "avxvnni": 8, "avx512": 16, "avx512vnni": 16, "neon": 4, "neonfp16": 4, "neondot": 4}
-GEMM_TILES = {"scalar": "4x4", "avx2": "6x16", "avxvnni": "6x16", "avx512": "8x32", "avx512vnni": "8x32", "neon": "8x8",
-              "neonfp16": "8x8", "neondot": "8x8"}
+VECTOR_LANES = {"avx2": 8, "avxvnni": 8, "avx512": 16, "avx512vnni": 16, "avx512amx": 16, "neon": 4, "neonfp16": 4,
+                "neondot": 4}
+GEMM_TILES = {"scalar": "4x4", "avx2": "6x16", "avxvnni": "6x16", "avx512": "8x32", "avx512vnni": "8x32",
+              "avx512amx": "8x32", "neon": "8x8", "neonfp16": "8x8", "neondot": "8x8"}
 # The qu8 GEMM of each level: the 16-bit widening ones, and the dot-product ones of the int8 levels.
 QU8_GEMMS = {"scalar": "qu8_igemm_4x4__scalar", "avx2": "qu8_igemm_4x16c4__avx2",
              "avxvnni": "qu8_igemm_6x16c4__avxvnni",
              "avx512": "qu8_igemm_8x16c4__avx512skx", "avx512vnni": "qu8_igemm_8x16c4__avx512vnni",
+             "avx512amx": "qu8_igemm_16x16c4__avx512amx",
              "neon": "qu8_igemm_4x16__neon", "neonfp16": "qu8_igemm_4x16__neon",
              "neondot": "qu8_igemm_4x16c4__neondot"}
 # Levels that are a lower level's table plus a few kernels (dispatch.cc): the slots they change.
 EXTENDS = {"avxvnni": ("avx2", {"qu8_igemm", "qu8_igemm_narrow", "qu8_depthwise"}),
-           "avx512vnni": ("avx512", {"qu8_igemm", "qu8_igemm_x2", "qu8_igemm_narrow", "qu8_depthwise"}), "neonfp16": ("neon", {"igemm_f16", "depthwise_f16",
-                                                                          "convert_f32_f16"}),
+           "avx512vnni": ("avx512", {"qu8_igemm", "qu8_igemm_x2", "qu8_igemm_narrow", "qu8_depthwise"}),
+           "avx512amx": ("avx512vnni", {"qu8_igemm", "qu8_igemm_x2"}),
+           "neonfp16": ("neon", {"igemm_f16", "depthwise_f16", "convert_f32_f16"}),
            "neondot": ("neonfp16", {"qu8_igemm"})}
 FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
               "softmax", "clustered_gemv", "clustered_decode", "nnm_gather", "row_norm", "log_softmax", "softmax_axis",
@@ -85,7 +91,7 @@ QU8_SLOTS = {"qu8_igemm", "qu8_depthwise", "qu8_maxpool", "qu8_avgpool", "qu8_gl
              "qu8_requantize", "qu8_lut"}
 F16_LEVELS = {"neonfp16", "neondot"}
 # The two-panel qu8 GEMM (the qu8_igemm_x2 slot, ukernels.h): filled where a level has one.
-QU8_GEMMS_X2 = {"avx512vnni": "qu8_igemm_8x32c4__avx512vnni"}
+QU8_GEMMS_X2 = {"avx512vnni": "qu8_igemm_8x32c4__avx512vnni", "avx512amx": "qu8_igemm_16x32c4__avx512amx"}
 # The vpmaddubsw GEMM for weights whose pairs fit int16 (the qu8_igemm_narrow slot, ukernels.h): the
 # levels whose qu8_igemm widens to 16 bits.
 QU8_GEMMS_NARROW = {"avx2": "qu8_igemm_narrow_4x16c4__avx2", "avx512": "qu8_igemm_narrow_8x16c4__avx512skx"}
@@ -206,6 +212,9 @@ def expected_x86_isas() -> list[str]:
             isas.append("avx512")
             if flags.get("avx512vnni"):
                 isas.append("avx512vnni")
+                # (and Linux grants the process the tile data state: dispatch.cc, amx_permitted)
+                if flags.get("amx_tile") and flags.get("amx_int8"):
+                    isas.append("avx512amx")
     return isas
 
 
@@ -225,7 +234,7 @@ def test_native_driver_reports_the_isas_this_cpu_runs(native_driver):
 
 
 @pytest.mark.skipif(not X86_LINUX, reason="x86-64 Linux host")
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512", "avx512vnni"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "avx512amx"])
 def test_native_kernels_match_scalar_reference(native_driver, isa):
     if isa not in expected_x86_isas():
         pytest.skip(f"this CPU cannot run the {isa} kernels (they are compiled, not executed)")
@@ -327,8 +336,9 @@ def test_bindings_gemm_and_fp16_weights(kernels):
 def test_bindings_kernel_names(kernels):
     """kernel_names(isa): the microkernel in every slot of a level's table, for each level compiled in
     here (run or not by this CPU); the GEMM tile in the name is the one the packed weights use. A level
-    that extends another (avxvnni, avx512vnni, neonfp16, neondot) differs from it in its own slots only."""
-    compiled = ["scalar", "avx2", "avxvnni", "avx512", "avx512vnni"] if platform.machine() in ("x86_64", "AMD64") else \
+    that extends another (avxvnni, avx512vnni, avx512amx, neonfp16, neondot) differs from it in its own slots only."""
+    compiled = ["scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "avx512amx"] \
+        if platform.machine() in ("x86_64", "AMD64") else \
         ["scalar", "neon", "neonfp16", "neondot"]
     assert kernels.kernel_names() == kernels.kernel_names(kernels.active_isa())
     for isa in compiled:

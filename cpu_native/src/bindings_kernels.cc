@@ -57,7 +57,7 @@ void register_kernels(py::module_& m) {
   }, "ISA levels this CPU can run, lowest first.");
   km.def("active_isa", [] { return std::string(k::active_kernels().name); }, "The level kernels use by default.");
   km.def("set_isa", [](const std::string& name) { k::set_active_isa(k::parse_isa(name)); },
-         "Forces a level (scalar, avx2, avxvnni, avx512, avx512vnni, neon, neonfp16, neondot) process-wide; raises if "
+         "Forces a level (scalar, avx2, avxvnni, avx512, avx512vnni, avx512amx, neon, neonfp16, neondot) process-wide; raises if "
          "this CPU cannot run it.");
   km.def("reset_isa", &k::reset_active_isa, "Back to the best level (or EDGESDK_CPU_ISA).");
   km.def("kernel_names", [](std::optional<std::string> isa) {

@@ -73,6 +73,9 @@ std::vector<std::pair<std::string, bool>> x86_flags() {
   // AVX-512 also opmask, ZMM0-15 upper halves and ZMM16-31 (bits 5, 6, 7).
   const bool os_avx = (xcr & 0x06) == 0x06;
   const bool os_avx512 = os_avx && (xcr & 0xE0) == 0xE0;
+  // AMX: XTILECFG and XTILEDATA (bits 17, 18). Linux sets both where it supports AMX, but a process
+  // must still ask for XTILEDATA before its first tile instruction (dispatch.cc, amx_permitted).
+  const bool os_amx = (xcr & 0x60000) == 0x60000;
   return {
       {"sse4_2", bit(l1.ecx, 20)},
       {"popcnt", bit(l1.ecx, 23)},
@@ -89,6 +92,8 @@ std::vector<std::pair<std::string, bool>> x86_flags() {
       {"avx512vl", os_avx512 && bit(l7.ebx, 31)},
       {"avx512vnni", os_avx512 && bit(l7.ecx, 11)},
       {"avx512vpopcntdq", os_avx512 && bit(l7.ecx, 14)},
+      {"amx_tile", os_amx && bit(l7.edx, 24)},
+      {"amx_int8", os_amx && bit(l7.edx, 25)},
   };
 }
 

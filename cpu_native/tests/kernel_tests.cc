@@ -1629,6 +1629,164 @@ void test_qu8_overread(const KernelTable& t) {
   report(fam);
 }
 
+#if defined(__x86_64__)
+// What another AMX user on the thread (oneDNN, say) may leave between two calls of the avx512amx
+// kernels, which check the tile configuration rather than load it every call: how = 1 the tiles
+// released (init state), 2 a configuration of its own (12 rows x 48 bytes per tile) with junk in
+// every tile. Inline asm: no compiler flags needed; run only where the level runs.
+void disturb_amx_tiles(int how) {
+  if (how == 1) {
+    __asm__ volatile("tilerelease" ::: "memory");
+    return;
+  }
+  struct alignas(64) Config { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg{};
+  cfg.palette = 1;
+  for (int tile = 0; tile < 8; ++tile) {
+    cfg.colsb[tile] = 48;
+    cfg.rows[tile] = 12;
+  }
+  alignas(64) uint8_t junk[12 * 48];
+  for (auto& b : junk) b = static_cast<uint8_t>(rng());
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+#define EDGESDK_JUNK(t) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(junk), "r"(48L) : "memory")
+  EDGESDK_JUNK(0); EDGESDK_JUNK(1); EDGESDK_JUNK(2); EDGESDK_JUNK(3);
+  EDGESDK_JUNK(4); EDGESDK_JUNK(5); EDGESDK_JUNK(6); EDGESDK_JUNK(7);
+#undef EDGESDK_JUNK
+}
+#endif
+
+// The level's qu8 GEMM microkernels called directly (ukernels.h, Qu8IgemmUkernel: the operators
+// above reach them only through their own tiling): qu8_igemm with every mr in 1..MR and nr in
+// 1..NR, and qu8_igemm_x2 (where the level has it) with nr in NR+1..2NR; kc 1..67 (tails of 4 bytes,
+// and of 64 bytes of K' = ks * round_up(kc, 4), AMX's tail tiles), ks 1..9, and long K (3x3 x 512
+// channels, 4096, ...). Every row is round_up(kc, KR) readable bytes (junk past kc: the weights there
+// are zero) in a buffer that ends where an inaccessible page begins; a kernel position's rows are
+// either distinct rows dealt at random or evenly spaced (ascending, descending, gaps between rows,
+// all one pointer: what AMX's kernels read in place; rotating per case and per position), and the
+// last row of the buffer ends the page; the slots of rows >= mr hold null (only rows < mr may be
+// read). Bias, weights and the requantization come from pack_qu8_gemm_weights with input zero
+// point 0 (the packed bias is the bias); channels with realistic scales (the fp32 form of the
+// AVX-512 requantization) and, in some cases, every third one extreme (the integer form); clamps:
+// none, Relu (qmin = zero point), Relu6-like, narrow; biases near INT32_MAX (the sum wraps). The
+// output rows are ldc > nr apart: bytes outside the mr x nr block must keep their sentinel. On
+// avx512amx, two calls in three find the tiles released or configured by someone else
+// (disturb_amx_tiles); the third finds them as the previous call left them.
+void test_qu8_igemm_ukernel(const KernelTable& t) {
+  reseed();
+  Family fam{"qu8_igemm_ukernel", t.name};
+  const size_t MR = t.qu8_gemm_mr, NR = t.qu8_gemm_nr, KR = t.qu8_gemm_kr;
+  const size_t max_nr = t.qu8_igemm_x2 != nullptr ? 2 * NR : NR;
+  struct Case { size_t mr, nr, kc, ks; };
+  std::vector<Case> cases;
+  size_t index = 0;
+  for (size_t kc = 1; kc <= 67; ++kc)
+    for (size_t ks = 1; ks <= 9; ks += g_quick ? 4 : 1) {
+      ++index;
+      cases.push_back({1 + index * 7 % MR, 1 + index * 11 % max_nr, kc, ks});
+    }
+  for (size_t mr = 1; mr <= MR; ++mr)
+    for (size_t nr = 1; nr <= max_nr; ++nr) {
+      cases.push_back({mr, nr, 67, 2});  // a position of 68 bytes (AMX: a 64-byte tile and a tail of 4)
+      if (!g_quick) {
+        cases.push_back({mr, nr, 64, 1});  // one tile exactly
+        cases.push_back({mr, nr, 21, 1});  // (avx512amx runs these two on vpdpbusd)
+        cases.push_back({mr, nr, 5, 3});
+      }
+    }
+  const std::pair<size_t, size_t> long_k[] = {{512, 9}, {4096, 1}, {255, 9}, {3, 49}, {1000, 3}, {130, 5}};
+  for (const auto& [kc, ks] : long_k) {
+    cases.push_back({MR, max_nr, kc, ks});
+    cases.push_back({(MR + 1) / 2, NR > 1 ? NR - 1 : 1, kc, ks});
+  }
+  index = 0;
+  for (const Case& cs : cases) {
+    ++index;
+    const size_t kcp = round_up(cs.kc, KR), k = cs.ks * cs.kc, n = cs.nr;
+    const bool x2 = cs.nr > NR;
+    // The rows of each position: 0 distinct rows in a random order (all positions sharing one
+    // shuffled pool), 1 evenly spaced kcp apart (a GEMM's rows), 2 with a gap of `gap` bytes, 3
+    // descending, 4 one pointer for all (padding). Case index % 3: all positions layout 0, all 1,
+    // or each its own at random. Positions are laid out one after the other, the last one ending
+    // the buffer.
+    const size_t gap = index % 2 == 0 ? 4 : 60;
+    std::vector<int> layout(cs.ks);
+    for (size_t s = 0; s < cs.ks; ++s) layout[s] = index % 3 == 0 ? 0 : index % 3 == 1 ? 1 : static_cast<int>(rng() % 5);
+    auto span = [&](int l) {  // bytes a position's rows take
+      return l == 4 ? kcp : l == 2 || l == 3 ? (cs.mr - 1) * (kcp + gap) + kcp : cs.mr * kcp;
+    };
+    size_t total = 0;
+    for (size_t s = 0; s < cs.ks; ++s) total += span(layout[s]);
+    GuardedBytes buf(total);
+    const auto bytes = random_u8(total);
+    std::memcpy(buf.data(), bytes.data(), total);
+    if (index % 5 == 0) std::memset(buf.data(), 255, total);  // the largest products
+    std::vector<const uint8_t*> a(cs.ks * MR, nullptr);
+    std::vector<const uint8_t*> pool;  // the rows of layout-0 positions, dealt at random
+    size_t offset = 0;
+    for (size_t s = 0; s < cs.ks; ++s) {
+      const uint8_t* base = buf.data() + offset;
+      for (size_t m = 0; m < cs.mr; ++m) {
+        const uint8_t* row = base + m * kcp;
+        if (layout[s] == 2) row = base + m * (kcp + gap);
+        if (layout[s] == 3) row = base + (cs.mr - 1 - m) * (kcp + gap);
+        if (layout[s] == 4) row = base;
+        if (layout[s] == 0) pool.push_back(row);
+        else a[s * MR + m] = row;
+      }
+      offset += span(layout[s]);
+    }
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (size_t s = 0, next = 0; s < cs.ks; ++s)
+      for (size_t m = 0; m < cs.mr && layout[s] == 0; ++m) a[s * MR + m] = pool[next++];
+    auto w = random_i8(n * k);
+    if (index % 5 == 0)
+      for (auto& v : w) v = static_cast<int8_t>(rng() % 2 ? 127 : -128);
+    std::vector<int32_t> bias(n), mult, shift;
+    for (auto& b : bias) b = static_cast<int32_t>(rng() % 200001) - 100000;
+    if (index % 7 == 3)
+      for (auto& b : bias) b = INT32_MAX - static_cast<int32_t>(rng() % 1000);
+    qu8_channel_scales(n, std::sqrt(static_cast<double>(k)) * 74 * 74, index % 2 == 0 ? 3 : 0, mult, shift);
+    const int y_zp = kQu8ZeroPoints[index % 5];
+    Qu8Clamp cl = kQu8Clamps[index % 6];
+    if (index % 4 == 1) cl = {y_zp, 255};                          // Relu
+    if (index % 4 == 3) cl = {y_zp, std::min(255, y_zp + 100)};   // Relu6-like
+    const int32_t* bp = index % 9 == 4 ? nullptr : bias.data();
+    auto packed = pack_qu8_gemm_weights(w.data(), n, k, bp, 0, mult.data(), shift.data(), static_cast<uint8_t>(y_zp),
+                                        static_cast<uint8_t>(cl.qmin), static_cast<uint8_t>(cl.qmax), &t, cs.ks, 1);
+    const Qu8IgemmUkernel kernel = x2 ? packed.kernel_x2() : packed.kernel();
+    const std::string what = std::string(x2 ? "x2 " : "") + "mr=" + std::to_string(cs.mr) + " nr=" +
+                             std::to_string(cs.nr) + " kc=" + std::to_string(cs.kc) + " ks=" + std::to_string(cs.ks);
+    if (kernel == nullptr) {
+      if (fam.failure.empty()) fam.failure = what + ": no kernel";
+      continue;
+    }
+    const size_t ldc = max_nr + 5;
+    std::vector<uint8_t> c(MR * ldc, 0xA5);
+#if defined(__x86_64__)
+    if (t.isa == Isa::Avx512Amx && index % 3 != 0) disturb_amx_tiles(static_cast<int>(index % 3));
+#endif
+    kernel(cs.mr, cs.nr, cs.kc, cs.ks, a.data(), packed.panel(0), packed.bias.data(), packed.panel_rq(0), c.data(), ldc,
+           &packed.out);
+    std::vector<uint8_t> got(cs.mr * n), want(cs.mr * n);
+    bool sentinel_ok = true;
+    for (size_t i = 0; i < MR; ++i)
+      for (size_t j = 0; j < ldc; ++j) {
+        if (i < cs.mr && j < n) {
+          int64_t acc = bp != nullptr ? bp[j] : 0;
+          for (size_t s = 0; s < cs.ks; ++s)
+            for (size_t kk = 0; kk < cs.kc; ++kk) acc += a[s * MR + i][kk] * w[j * k + s * cs.kc + kk];
+          want[i * n + j] = qu8ref::output(qu8ref::wrap(acc), mult[j], shift[j], y_zp, cl.qmin, cl.qmax);
+          got[i * n + j] = c[i * ldc + j];
+        } else {
+          sentinel_ok &= c[i * ldc + j] == 0xA5;
+        }
+      }
+    if (!sentinel_ok && fam.failure.empty()) fam.failure = what + ": wrote outside the mr x nr block";
+    check_bytes(fam, what, got.data(), want.data(), got.size());
+  }
+  report(fam);
+}
+
 void test_qu8_depthwise(const KernelTable& t) {
   reseed();
   Family fam{"qu8_depthwise", t.name};
@@ -2050,6 +2208,7 @@ int main(int argc, char** argv) {
     test_qu8_conv(t);
     test_qu8_narrow_pairs(t);
     test_qu8_overread(t);
+    test_qu8_igemm_ukernel(t);
     test_qu8_depthwise(t);
     test_qu8_eltwise(t);
     test_qu8_lut_concat(t);

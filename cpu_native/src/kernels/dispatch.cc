@@ -6,6 +6,11 @@
 
 #include "cpu_features.h"
 
+#if defined(__linux__) && (defined(__x86_64__) || defined(_M_X64))
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace edgesdk::kernels {
 namespace {
 
@@ -180,6 +185,16 @@ constexpr KernelTable avx512vnni_table() {
   return t;
 }
 constexpr KernelTable kAvx512VnniTable = avx512vnni_table();
+
+// The avx512vnni table plus the AMX tdpbusd qu8 GEMMs (16 rows a tile; the depthwise convolution and
+// everything else stay avx512vnni's).
+constexpr KernelTable avx512amx_table() {
+  KernelTable t = vnni_level(kAvx512VnniTable, Isa::Avx512Amx, "avx512amx", kAvx512AmxQu8MR, kAvx512AmxQu8NR);
+  EDGESDK_SET(t, qu8_igemm, qu8_igemm_16x16c4__avx512amx);
+  EDGESDK_SET(t, qu8_igemm_x2, qu8_igemm_16x32c4__avx512amx);
+  return t;
+}
+constexpr KernelTable kAvx512AmxTable = avx512amx_table();
 #endif
 
 #if defined(__aarch64__)
@@ -255,6 +270,24 @@ bool has_flag(const cpu::CpuFeatures& f, const char* name) {
   return false;
 }
 
+// Linux (5.16 and later) enables the AMX tile data state (XTILEDATA, XCR0 bit 18) for a process only
+// once it asks for it: without ARCH_REQ_XCOMP_PERM the first tile instruction raises SIGILL
+// (Documentation/arch/x86/xstate.rst). Asked once per process (the permission covers every thread
+// and survives fork). The kernel refuses it (ENOSPC) when a thread's sigaltstack is too small for
+// the 8 KB of tile data in a signal frame, and from then on refuses sigaltstacks that small; the
+// level is then not offered and avx512vnni runs instead.
+bool amx_permitted() {
+#if defined(__linux__) && (defined(__x86_64__) || defined(_M_X64))
+  static const bool granted = [] {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return granted;
+#else
+  return false;  // other systems: no known way to enable it (Windows enables it by itself, untested)
+#endif
+}
+
 bool cpu_supports(Isa isa) {
   static const cpu::CpuFeatures features = cpu::detect();
   switch (isa) {
@@ -267,6 +300,10 @@ bool cpu_supports(Isa isa) {
              has_flag(features, "avx512vl") && has_flag(features, "avx512dq") &&
              has_flag(features, "f16c") && has_flag(features, "fma");
     case Isa::Avx512Vnni: return cpu_supports(Isa::Avx512) && has_flag(features, "avx512vnni");
+    // "amx_tile" / "amx_int8": CPUID.(7,0):EDX bits 24, 25 with XCR0 bits 17, 18 (cpu_features.cc).
+    case Isa::Avx512Amx:
+      return cpu_supports(Isa::Avx512Vnni) && has_flag(features, "amx_tile") && has_flag(features, "amx_int8") &&
+             amx_permitted();
     case Isa::Neon: return has_flag(features, "neon");
     // "fp16" is HWCAP fphp + asimdhp (scalar and vector half arithmetic, cpu_features.cc). FHM
     // (FMLAL) is detected and reported but not needed: see gemm_neonfp16.cc.
@@ -285,6 +322,7 @@ const KernelTable* table_of(Isa isa) {
     case Isa::AvxVnni: return &kAvxVnniTable;
     case Isa::Avx512: return &kAvx512Table;
     case Isa::Avx512Vnni: return &kAvx512VnniTable;
+    case Isa::Avx512Amx: return &kAvx512AmxTable;
 #endif
 #if defined(__aarch64__)
     case Isa::Neon: return &kNeonTable;
@@ -313,6 +351,7 @@ std::vector<Isa> compiled_isas() {
   out.push_back(Isa::AvxVnni);
   out.push_back(Isa::Avx512);
   out.push_back(Isa::Avx512Vnni);
+  out.push_back(Isa::Avx512Amx);
 #endif
 #if defined(__aarch64__)
   out.push_back(Isa::Neon);
@@ -337,6 +376,7 @@ const char* isa_name(Isa isa) {
     case Isa::Avx512: return "avx512";
     case Isa::Neon: return "neon";
     case Isa::Avx512Vnni: return "avx512vnni";
+    case Isa::Avx512Amx: return "avx512amx";
     case Isa::NeonFp16: return "neonfp16";
     case Isa::NeonDot: return "neondot";
   }
@@ -344,10 +384,12 @@ const char* isa_name(Isa isa) {
 }
 
 Isa parse_isa(const std::string& name) {
-  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Avx512Vnni, Isa::Neon, Isa::NeonFp16, Isa::NeonDot})
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512, Isa::Avx512Vnni, Isa::Avx512Amx, Isa::Neon,
+                  Isa::NeonFp16, Isa::NeonDot})
     if (name == isa_name(isa)) return isa;
-  throw std::invalid_argument("unknown ISA '" + name +
-                              "' (expected scalar, avx2, avxvnni, avx512, avx512vnni, neon, neonfp16 or neondot)");
+  throw std::invalid_argument(
+      "unknown ISA '" + name +
+      "' (expected scalar, avx2, avxvnni, avx512, avx512vnni, avx512amx, neon, neonfp16 or neondot)");
 }
 
 std::vector<std::pair<const char*, const char*>> kernel_names(Isa isa) {

@@ -1,11 +1,13 @@
 // Runtime kernel dispatch: one KernelTable per ISA level, the best one the running CPU supports
-// chosen from cpu::detect() (scalar < avx2 < avxvnni < avx512 < avx512vnni on x86-64; scalar < neon <
+// chosen from cpu::detect() (scalar < avx2 < avxvnni < avx512 < avx512vnni < avx512amx on x86-64; scalar < neon <
 // neonfp16 < neondot on aarch64), overridable by the EDGESDK_CPU_ISA environment variable (read
 // once) or set_active_isa() so tests can force every path. neonfp16 (HWCAP fphp + asimdhp) is the
 // neon table plus the fp16-arithmetic kernels that fp16 sessions ask for; fp32 work runs the same
 // NEON fp32 kernels on both levels. The int8 levels follow that model: avx512vnni (AVX512_VNNI on
 // top of the avx512 requirements) is the avx512 table plus the vpdpbusd qu8 GEMM and vpdpwssd
-// depthwise convolution, and neondot
+// depthwise convolution, avx512amx (AMX-TILE and AMX-INT8 on top of avx512vnni's, with the OS's
+// XTILEDATA state enabled and granted to the process: Sapphire Rapids and later) the avx512vnni
+// table plus the tdpbusd qu8 GEMMs (16 x 16 and 16 x 32 tiles), and neondot
 // (HWCAP asimddp on top of neonfp16's) the neonfp16 table plus the sdot qu8 GEMM; everything else
 // runs the kernels of the level below. avxvnni (AVX-VNNI on top of avx2's requirements: Alder Lake
 // and later client cores without AVX-512) is the avx2 table plus the 256-bit vpdpbusd qu8 GEMM and
@@ -23,7 +25,7 @@
 
 namespace edgesdk::kernels {
 
-enum class Isa { Scalar, Avx2, AvxVnni, Avx512, Avx512Vnni, Neon, NeonFp16, NeonDot };
+enum class Isa { Scalar, Avx2, AvxVnni, Avx512, Avx512Vnni, Avx512Amx, Neon, NeonFp16, NeonDot };
 
 // The microkernel slots of a KernelTable, in table order: X(slot) for each.
 #define EDGESDK_KERNEL_SLOTS(X)                                                                      \
@@ -43,7 +45,7 @@ struct KernelNames {
 
 struct KernelTable {
   Isa isa;
-  const char* name;  // "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "neon", "neonfp16", "neondot"
+  const char* name;  // "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "avx512amx", "neon", "neonfp16", "neondot"
   size_t gemm_mr, gemm_nr;
   IgemmUkernel igemm_f32w;
   IgemmUkernel igemm_f16w;
@@ -104,7 +106,7 @@ std::vector<Isa> compiled_isas();
 // Compiled levels the running CPU (and OS) can execute, lowest first.
 std::vector<Isa> supported_isas();
 const char* isa_name(Isa isa);
-// Parses "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "neon", "neonfp16", "neondot"; throws
+// Parses "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "avx512amx", "neon", "neonfp16", "neondot"; throws
 // std::invalid_argument otherwise.
 Isa parse_isa(const std::string& name);
 // (slot, kernel name) of every filled slot of a level's table, in table order, whether or not this

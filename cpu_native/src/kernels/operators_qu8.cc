@@ -262,7 +262,9 @@ Qu8DwPacker qu8_dw_packer(Isa isa) {
     case Isa::Avx2: p.bytes = qu8_dw_bytes__avx2; p.pack = qu8_dw_pack__avx2; p.block = 32; break;
     case Isa::AvxVnni: p.bytes = qu8_dw_bytes__avxvnni; p.pack = qu8_dw_pack__avxvnni; p.block = 32; break;
     case Isa::Avx512: p.bytes = qu8_dw_bytes__avx512skx; p.pack = qu8_dw_pack__avx512skx; p.block = 64; break;
-    case Isa::Avx512Vnni: p.bytes = qu8_dw_bytes__avx512vnni; p.pack = qu8_dw_pack__avx512vnni; p.block = 64; break;
+    case Isa::Avx512Vnni:
+    case Isa::Avx512Amx:  // avx512vnni's depthwise kernel
+      p.bytes = qu8_dw_bytes__avx512vnni; p.pack = qu8_dw_pack__avx512vnni; p.block = 64; break;
 #endif
     default: break;
   }
@@ -376,7 +378,8 @@ static StreamWidth stream_width(Isa isa) {
     case Isa::Avx2:
     case Isa::AvxVnni: return StreamWidth::Avx2;
     case Isa::Avx512:
-    case Isa::Avx512Vnni: return StreamWidth::Avx512;
+    case Isa::Avx512Vnni:
+    case Isa::Avx512Amx: return StreamWidth::Avx512;
     case Isa::Neon:
     case Isa::NeonFp16:
     case Isa::NeonDot: return StreamWidth::Neon;

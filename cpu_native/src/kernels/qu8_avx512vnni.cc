@@ -29,57 +29,10 @@ namespace {
 
 #include "kernels/qu8_avx512.inl"
 #include "kernels/qu8_avx512_dwconv.inl"
+#include "kernels/qu8_avx512vnni.inl"
 
 constexpr size_t MR = kAvx512VnniQu8MR;  // 8
 static_assert(kAvx512VnniQu8NR == 16, "one zmm of int32 per row");
-
-// acc += vpdpbusd(x, w). Inline asm: GCC 12 copies every accumulator to a fresh register before the
-// (destructive) vpdpbusd and back after it, 2 moves per multiply-add, with the intrinsic here.
-static inline void dpbusd(__m512i& acc, __m512i x, __m512i w) {
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
-}
-
-// One vpdpbusd a row and 4 k: 8 rows give 8 independent accumulation chains.
-struct DotStep {
-  using Weights = __m512i;
-  static constexpr size_t kBytes = 64;
-  static Weights load(const uint8_t* w) { return _mm512_load_si512(w); }
-  void apply(__m512i& acc, int32_t x32, const Weights& w) const { dpbusd(acc, _mm512_set1_epi32(x32), w); }
-};
-
-// Two panels (ukernels.h, the qu8_igemm_x2 slot): 16 accumulators, two weight vectors a step, and
-// each row's broadcast feeding both (8 rows x 32 columns, 16 of the 32 zmm for accumulators).
-template <size_t M>
-void igemm_x2(size_t mr, size_t nr, size_t kc, size_t ks, const uint8_t* const* a, const int8_t* w,
-              const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc, const Qu8Output* out) {
-  __m512i acc0[M], acc1[M];
-  const __m512i b0 = _mm512_loadu_si512(bias), b1 = _mm512_loadu_si512(bias + 16);
-#pragma GCC unroll 8
-  for (size_t i = 0; i < M; ++i) {
-    acc0[i] = b0;
-    acc1[i] = b1;
-  }
-  const size_t second = ks * ((kc + 3) / 4) * 64;  // bytes from the first panel to the second
-  const int8_t* w1 = w + second;
-  for (size_t s = 0; s < ks; ++s) {
-    const uint8_t* r[M];
-#pragma GCC unroll 8
-    for (size_t i = 0; i < M; ++i) r[i] = a[s * MR + i];
-    for (size_t k = 0; k < kc; k += 4) {
-      const __m512i wv0 = _mm512_load_si512(w), wv1 = _mm512_load_si512(w1);
-      w += 64;
-      w1 += 64;
-#pragma GCC unroll 8
-      for (size_t i = 0; i < M; ++i) {
-        const __m512i x = _mm512_set1_epi32(load_u32(r[i] + k));
-        dpbusd(acc0[i], x, wv0);
-        dpbusd(acc1[i], x, wv1);
-      }
-    }
-  }
-  store_tile<M>(acc0, mr, 16, rq, c, ldc, out);
-  store_tile<M>(acc1, mr, nr - 16, rq + kQu8RqRows * 16, c + 16, ldc, out);
-}
 
 // The depthwise taps of the avx512vnni level (qu8_avx512_dwconv.inl): four kernel rows per int32
 // lane as bytes, the raw activation bytes the unsigned operand of vpdpbusd and the weights the
@@ -128,7 +81,7 @@ void qu8_igemm_8x32c4__avx512vnni(size_t mr, size_t nr, size_t kc, size_t ks, co
                                   const int32_t* bias, const int32_t* rq, uint8_t* c, size_t ldc,
                                   const Qu8Output* out) {
   const int8_t* w8 = static_cast<const int8_t*>(w);
-#define EDGESDK_CALL(M) igemm_x2<M>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out)
+#define EDGESDK_CALL(M) igemm_x2<M, MR>(mr, nr, kc, ks, a, w8, bias, rq, c, ldc, out)
   EDGESDK_QU8_DISPATCH_MR(mr, EDGESDK_CALL)
 #undef EDGESDK_CALL
 }

@@ -405,6 +405,8 @@ constexpr size_t kAvx2Qu8MR = 4, kAvx2Qu8NR = 16;
 constexpr size_t kAvxVnniQu8MR = 6, kAvxVnniQu8NR = 16;
 constexpr size_t kAvx512Qu8MR = 8, kAvx512Qu8NR = 16;
 constexpr size_t kAvx512VnniQu8MR = 8, kAvx512VnniQu8NR = 16;
+// AMX (qu8_avx512amx.cc): one 16-row tile of int32 accumulators per 16-column panel.
+constexpr size_t kAvx512AmxQu8MR = 16, kAvx512AmxQu8NR = 16;
 constexpr size_t kNeonQu8MR = 4, kNeonQu8NR = 16;
 constexpr size_t kNeonDotQu8MR = 4, kNeonDotQu8NR = 16;
 
@@ -432,10 +434,11 @@ constexpr size_t kNeonFp16MR = 4, kNeonFp16NR = 16;
 //   isa       what the code is compiled for and needs: scalar (portable C++), avx2 (AVX2 + FMA +
 //             F16C), avxvnni (avx2 + AVX-VNNI's 256-bit vpdpbusd), avx512f (AVX-512 F only: gemm_avx512.cc is compiled with -mavx512f alone),
 //             avx512skx (AVX-512 F + BW + DQ + VL, Skylake-X: the vector kernels use DQ mask moves),
-//             avx512vnni (avx512skx + AVX512_VNNI's vpdpbusd), neon (AArch64 Advanced SIMD),
+//             avx512vnni (avx512skx + AVX512_VNNI's vpdpbusd), avx512amx (avx512vnni + AMX-TILE and
+//             AMX-INT8's tdpbusd), neon (AArch64 Advanced SIMD),
 //             neonfp16 (ARMv8.2-A FEAT_FP16 arithmetic), neondot (ARMv8.2-A FEAT_DotProd sdot).
 // The dispatch tables (dispatch.cc) pick them per ISA level (the level names scalar, avx2, avxvnni,
-// avx512, avx512vnni, neon, neonfp16, neondot are dispatch.h's) and report the names (kernel_names()). The
+// avx512, avx512vnni, avx512amx, neon, neonfp16, neondot are dispatch.h's) and report the names (kernel_names()). The
 // scalar ones are the references the SIMD ones are tested against (cpu_native/tests/kernel_tests.cc);
 // each SIMD file sits beside its scalar counterpart (gemm_<isa>.cc by gemm_scalar.cc,
 // vector_kernels_<isa>.cc by reference_scalar.cc, qu8_<isa>.cc by qu8_scalar.cc).
@@ -535,6 +538,10 @@ UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512vnni;
 // Two panels per call (the qu8_igemm_x2 slot): 8 x 32, nr in (16, 32].
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x32c4__avx512vnni;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_16c__avx512vnni;
+// AMX-TILE + AMX-INT8 (qu8_avx512amx.cc, also avx512vnni's flags): the avx512amx level adds these
+// to the avx512vnni table: 16 x 16 (qu8_igemm) and 16 x 32 (qu8_igemm_x2) on tdpbusd.
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_16x16c4__avx512amx;
+UkernelFunction<Qu8IgemmUkernel> qu8_igemm_16x32c4__avx512amx;
 #endif
 
 #if defined(__aarch64__)
