@@ -29,10 +29,12 @@ class CpuFeatures:
     flags: Mapping[str, bool] = field(hash=False)
 
     def isa_path(self) -> str:
-        """The kernel family the native dispatch picks on these features: avx512vnni, avx512,
-        avxvnni, avx2, neondot, neonfp16, neon or scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``:
+        """The kernel family the native dispatch picks on these features: avx512amx, avx512vnni,
+        avx512, avxvnni, avx2, neondot, neonfp16, neon or scalar. Mirrors ``cpu_native/src/kernels/dispatch.cc``:
         AVX-512 needs F, BW, VL and DQ plus FMA and F16C (avx512vnni adds VNNI's ``vpdpbusd``
-        int8 GEMM), AVX2 needs FMA and F16C (avxvnni adds AVX-VNNI's 256-bit ``vpdpbusd`` int8
+        int8 GEMM; avx512amx adds AMX's ``tdpbusd`` int8 GEMM, flags ``amx_tile`` and ``amx_int8``:
+        Sapphire Rapids and later, where Linux must also grant the process the tile state, which
+        the dispatch asks for), AVX2 needs FMA and F16C (avxvnni adds AVX-VNNI's 256-bit ``vpdpbusd`` int8
         GEMM and depthwise convolution: Alder Lake and later cores without AVX-512), NEON is plain AArch64 Advanced SIMD, neonfp16 is
         NEON plus the ARMv8.2-A fp16 arithmetic (flag ``fp16``: HWCAP fphp + asimdhp), whose
         fp16-product / fp32-sum kernels fp16 sessions use for convolutions and GEMMs (fp32
@@ -43,7 +45,9 @@ class CpuFeatures:
             return all(self.flags.get(name, False) for name in names)
 
         if has("avx512f", "avx512bw", "avx512vl", "avx512dq", "fma", "f16c"):
-            return "avx512vnni" if has("avx512vnni") else "avx512"
+            if not has("avx512vnni"):
+                return "avx512"
+            return "avx512amx" if has("amx_tile", "amx_int8") else "avx512vnni"
         if has("avx2", "fma", "f16c"):
             return "avxvnni" if has("avx_vnni") else "avx2"
         if has("neon", "fp16"):

@@ -141,7 +141,13 @@ def test_aarch64_flags_under_qemu(aarch64_driver, cpu, expected):
         ({"avx2": True, "fma": True, "f16c": True, "avx_vnni": True}, "avxvnni"),  # Alder Lake, N100
         ({"avx2": True, "fma": True, "f16c": False, "avx_vnni": True}, "scalar"),  # avxvnni is built on avx2
         ({"avx512f": True, "avx512bw": True, "avx512vl": True, "avx512dq": True, "avx2": True, "fma": True,
-          "f16c": True, "avx512vnni": True, "avx_vnni": True}, "avx512vnni"),  # Sapphire Rapids: the widest
+          "f16c": True, "avx512vnni": True, "avx_vnni": True}, "avx512vnni"),  # Ice Lake server-like, with AVX-VNNI
+        ({"avx512f": True, "avx512bw": True, "avx512vl": True, "avx512dq": True, "avx2": True, "fma": True,
+          "f16c": True, "avx512vnni": True, "avx_vnni": True, "amx_tile": True, "amx_int8": True},
+         "avx512amx"),  # Sapphire Rapids: the widest
+        ({"avx512f": True, "avx512bw": True, "avx512vl": True, "avx512dq": True, "avx2": True, "fma": True,
+          "f16c": True, "avx512vnni": True, "amx_tile": True, "amx_int8": False}, "avx512vnni"),  # AMX-INT8 needed
+        ({"avx2": True, "fma": True, "f16c": True, "amx_tile": True, "amx_int8": True}, "avx2"),  # AMX on avx512vnni only
         ({"avx512f": True, "avx512bw": True, "avx512vl": True, "avx512dq": True, "avx2": True, "fma": True,
           "f16c": True, "avx512vnni": True}, "avx512vnni"),
         ({"neon": True, "fp16": True, "dotprod": False}, "neonfp16"),  # fp16 arithmetic (FHM not needed)
