@@ -211,6 +211,20 @@ static inline bool evenly_spaced(const uint8_t* const* rows, size_t mr, const ui
   return true;
 }
 
+// One step of K: tile `a` (rows `stride` apart from x) times tile `b0` (16-column lines 64 bytes apart
+// from w0) into C0, and with two panels `b1` (from w1) into C1. The tile numbers are the instructions'
+// text, so this is a macro: the full tiles and the tail tiles run the same step.
+#define EDGESDK_AMX_STEP(a, b0, b1, x, w0, w1)                     \
+  do {                                                             \
+    EDGESDK_TILE_LOAD(a, x, stride);                               \
+    EDGESDK_TILE_LOAD(b0, w0, 64);                                 \
+    EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C0, a, b0);                   \
+    if (kPanels == 2) {                                            \
+      EDGESDK_TILE_LOAD(b1, w1, 64);                               \
+      EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C1, a, b1);                 \
+    }                                                              \
+  } while (0)
+
 // C0 (and C1) += rows [0, mr) of A (n bytes of K' from `x`, rows `stride` apart) times the matching
 // n / 4 lines of the panels at w0 (and w1): n / 64 full tiles, then the tail tiles (n % 64 must be
 // the configured tail, or 0).
@@ -218,24 +232,11 @@ template <size_t kPanels>
 __attribute__((always_inline)) static inline void dot(const uint8_t* x, long stride, size_t n, const uint8_t* w0,
                                                       const uint8_t* w1) {
   const size_t blocks = n / 64;
-  for (size_t kb = 0; kb < blocks; ++kb) {
-    EDGESDK_TILE_LOAD(EDGESDK_TILE_A, x + 64 * kb, stride);
-    EDGESDK_TILE_LOAD(EDGESDK_TILE_B0, w0 + 1024 * kb, 64);
-    EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C0, EDGESDK_TILE_A, EDGESDK_TILE_B0);
-    if (kPanels == 2) {
-      EDGESDK_TILE_LOAD(EDGESDK_TILE_B1, w1 + 1024 * kb, 64);
-      EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C1, EDGESDK_TILE_A, EDGESDK_TILE_B1);
-    }
-  }
-  if (n % 64 != 0) {
-    EDGESDK_TILE_LOAD(EDGESDK_TILE_ATAIL, x + 64 * blocks, stride);
-    EDGESDK_TILE_LOAD(EDGESDK_TILE_B0TAIL, w0 + 1024 * blocks, 64);
-    EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C0, EDGESDK_TILE_ATAIL, EDGESDK_TILE_B0TAIL);
-    if (kPanels == 2) {
-      EDGESDK_TILE_LOAD(EDGESDK_TILE_B1TAIL, w1 + 1024 * blocks, 64);
-      EDGESDK_TILE_DPBUSD(EDGESDK_TILE_C1, EDGESDK_TILE_ATAIL, EDGESDK_TILE_B1TAIL);
-    }
-  }
+  for (size_t kb = 0; kb < blocks; ++kb)
+    EDGESDK_AMX_STEP(EDGESDK_TILE_A, EDGESDK_TILE_B0, EDGESDK_TILE_B1, x + 64 * kb, w0 + 1024 * kb, w1 + 1024 * kb);
+  if (n % 64 != 0)
+    EDGESDK_AMX_STEP(EDGESDK_TILE_ATAIL, EDGESDK_TILE_B0TAIL, EDGESDK_TILE_B1TAIL, x + 64 * blocks, w0 + 1024 * blocks,
+                     w1 + 1024 * blocks);
 }
 
 // One call: kPanels (1 or 2) panels of 16 columns against rows [0, mr) of the indirection, kernel
