@@ -78,7 +78,7 @@ QU8_GEMMS = {"scalar": "qu8_igemm_4x4__scalar", "avx2": "qu8_igemm_4x16c4__avx2"
              "neon": "qu8_igemm_4x16__neon", "neonfp16": "qu8_igemm_4x16__neon",
              "neondot": "qu8_igemm_4x16c4__neondot"}
 # Levels that are a lower level's table plus a few kernels (dispatch.cc): the slots they change.
-EXTENDS = {"avxvnni": ("avx2", {"qu8_igemm", "qu8_igemm_narrow", "qu8_depthwise"}),
+EXTENDS = {"avxvnni": ("avx2", {"qu8_igemm", "qu8_igemm_narrow", "qu8_depthwise", "qu8_depthwise_narrow"}),
            "avx512vnni": ("avx512", {"qu8_igemm", "qu8_igemm_x2", "qu8_igemm_narrow", "qu8_depthwise"}),
            "avx512amx": ("avx512vnni", {"qu8_igemm", "qu8_igemm_x2"}),
            "neonfp16": ("neon", {"igemm_f16", "depthwise_f16", "convert_f32_f16"}),
@@ -95,6 +95,9 @@ QU8_GEMMS_X2 = {"avx512vnni": "qu8_igemm_8x32c4__avx512vnni", "avx512amx": "qu8_
 # The vpmaddubsw GEMM for weights whose pairs fit int16 (the qu8_igemm_narrow slot, ukernels.h): the
 # levels whose qu8_igemm widens to 16 bits.
 QU8_GEMMS_NARROW = {"avx2": "qu8_igemm_narrow_4x16c4__avx2", "avx512": "qu8_igemm_narrow_8x16c4__avx512skx"}
+# The vpmaddubsw depthwise convolution for weights whose kernel-row pairs fit int16 (the
+# qu8_depthwise_narrow slot, qu8_ukernels.h): avx2 (avx512's 16-bit pairs already halve its taps).
+QU8_DEPTHWISE_NARROW = {"avx2": "qu8_depthwise_narrow_8c__avx2"}
 KERNEL_NAME = re.compile(r"^(?:f32|f16|qu8)_[a-z0-9_]+?(?:_(\d+x\d+c\d+|\d+x\d*|\d+c))?__([a-z0-9]+)$")
 
 
@@ -102,7 +105,8 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     """``names`` ({slot: kernel}) is what the ``isa`` level's table should hold."""
     assert set(names) == FP32_SLOTS | QU8_SLOTS | (F16_SLOTS if isa in F16_LEVELS else set()) | \
         ({"qu8_igemm_x2"} if isa in QU8_GEMMS_X2 else set()) | \
-        ({"qu8_igemm_narrow"} if isa in QU8_GEMMS_NARROW else set()), (isa, names)
+        ({"qu8_igemm_narrow"} if isa in QU8_GEMMS_NARROW else set()) | \
+        ({"qu8_depthwise_narrow"} if isa in QU8_DEPTHWISE_NARROW else set()), (isa, names)
     assert len(set(names.values())) == len(names), f"a kernel name twice in {isa}: {names}"
     for slot, name in names.items():
         m = KERNEL_NAME.match(name)
@@ -116,6 +120,7 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     assert names["qu8_igemm"] == QU8_GEMMS[isa], names
     assert names.get("qu8_igemm_x2") == QU8_GEMMS_X2.get(isa), names
     assert names.get("qu8_igemm_narrow") == QU8_GEMMS_NARROW.get(isa), names
+    assert names.get("qu8_depthwise_narrow") == QU8_DEPTHWISE_NARROW.get(isa), names
     for slot in QU8_SLOTS:
         assert names[slot].startswith(f"qu8_{slot[4:]}_"), (slot, names[slot])
 

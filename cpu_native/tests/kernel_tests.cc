@@ -1804,14 +1804,34 @@ void test_qu8_depthwise(const KernelTable& t) {
       {1, 5, 12, 33, 1, geom(5, 5, 1, 2, 4, 4, 4, 4)}, {1, 3, 3, 16, 1, geom(3, 3, 1, 1, 3, 3, 3, 3)},
       {1, 6, 7, 96, 1, geom(3, 3, 2, 1, 1, 1, 1, 1)},
   };
+  // Each case with three weight sets: full 8-bit (the level's qu8_depthwise), 7-bit ([-64, 64]) and
+  // kernel-row pairs at vpmaddubsw's bound (positive or negative parts summing to exactly 128): both
+  // fit qu8_dw_pairs_fit_int16, so levels with a qu8_depthwise_narrow kernel run it on them.
+  const int8_t kEdgePairs[][2] = {{127, 1}, {1, 127}, {-128, 0}, {0, -128}, {64, 64}, {-64, -64}, {127, -128}};
+  auto weights_of = [&](size_t kind, const ConvGeometry& g, size_t oc) {
+    std::vector<int8_t> w = random_i8(g.kh * g.kw * oc);
+    if (kind == 1)
+      for (auto& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 129) - 64);
+    if (kind == 2)
+      for (size_t ky = 0; ky < g.kh; ky += 2)
+        for (size_t i = 0; i < g.kw * oc; ++i) {
+          const int8_t* pair = kEdgePairs[rng() % 7];
+          w[ky * g.kw * oc + i] = pair[0];
+          if (ky + 1 < g.kh) w[(ky + 1) * g.kw * oc + i] = pair[1];
+        }
+    return w;
+  };
   size_t index = 0;
+  for (size_t kind = 0; kind < 3; ++kind)
   for (const Case& cs : cases) {
     ++index;
     const int x_zp = kQu8ZeroPoints[index % 5], y_zp = kQu8ZeroPoints[(index + 3) % 5];
     const Qu8Clamp cl = kQu8Clamps[index % 6];
     const size_t oc = cs.c * cs.mult, taps = cs.g.kh * cs.g.kw;
     auto x = random_u8(cs.n * cs.h * cs.w * cs.c);
-    auto w = random_i8(taps * oc);
+    if (kind == 2)  // inputs at 0 and 255 too, where vpmaddubsw's sums reach the bound
+      for (auto& v : x) v = rng() % 3 == 0 ? 255 : rng() % 3 == 0 ? 0 : v;
+    auto w = weights_of(kind, cs.g, oc);
     std::vector<int32_t> bias(oc), mult, shift;
     for (auto& b : bias) b = static_cast<int32_t>(rng() % 20001) - 10000;
     qu8_channel_scales(oc, std::sqrt(static_cast<double>(taps)) * 74 * 74, 6, mult, shift);
@@ -1837,8 +1857,26 @@ void test_qu8_depthwise(const KernelTable& t) {
             want[((b * oh + oy) * ow + ox) * oc + o] =
                 qu8ref::output(qu8ref::wrap(acc), mult[o], shift[o], y_zp, cl.qmin, cl.qmax);
           }
-    check_bytes(fam, "qu8 depthwise " + dims({cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g.kh, cs.g.stride_h}), got.data(),
+    check_bytes(fam, "qu8 depthwise w" + std::to_string(kind) + " " +
+                         dims({cs.n, cs.h, cs.w, cs.c, cs.mult, cs.g.kh, cs.g.stride_h}), got.data(),
                 want.data(), got.size());
+  }
+  // The narrow kernel is taken exactly where the weights fit: the 7-bit set, not an (127, 2) pair.
+  if (t.qu8_depthwise_narrow != nullptr) {
+    const ConvGeometry g = geom(3, 3, 1, 1, 1, 1, 1, 1);
+    const std::vector<int32_t> mult(8, 1 << 30), shift(8, 8);
+    for (int bad = 0; bad < 2; ++bad) {
+      std::vector<int8_t> w = weights_of(1, g, 8);
+      if (bad) {
+        w[8 * 3 + 5] = 127;  // rows 0 and 1 of kernel column 0, channel 5: 127 + 2 > 128
+        w[5] = 2;
+      }
+      const Qu8DepthwisePlan plan(1, 4, 4, 8, 1, g, w.data(), nullptr, 3, mult.data(), shift.data(), 0, 0, 255, &t);
+      const bool narrow = std::string(plan.kernel_name()) == t.names.qu8_depthwise_narrow;
+      if (narrow == static_cast<bool>(bad) && fam.failure.empty())
+        fam.failure = std::string("kernel choice: ") + plan.kernel_name() + (bad ? " for weights past the bound" : "");
+      ++fam.cases;
+    }
   }
   report(fam);
 }

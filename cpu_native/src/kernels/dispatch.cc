@@ -106,6 +106,7 @@ constexpr KernelTable avx2_table() {
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16c4__avx2);
   EDGESDK_SET(t, qu8_igemm_narrow, qu8_igemm_narrow_4x16c4__avx2);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__avx2);
+  EDGESDK_SET(t, qu8_depthwise_narrow, qu8_depthwise_narrow_8c__avx2);
   EDGESDK_SET(t, qu8_maxpool, qu8_maxpool_32c__avx2);
   EDGESDK_SET(t, qu8_avgpool, qu8_avgpool_8c__avx2);
   EDGESDK_SET(t, qu8_global_avgpool, qu8_global_avgpool_32c__avx2);
@@ -119,13 +120,15 @@ constexpr KernelTable kAvx2Table = avx2_table();
 
 // A VNNI level: `base` (every fp32 kernel and the other qu8 ones) with a vpdpbusd qu8 GEMM packed C4
 // (the caller sets it and the depthwise convolution). vpdpbusd forms 4 exact products a lane with
-// any weights, so the level has no narrow-weight GEMM.
+// any weights, so the level has no narrow-weight GEMM or depthwise kernel.
 constexpr KernelTable vnni_level(KernelTable t, Isa isa, const char* name, size_t mr, size_t nr) {
   t.isa = isa;
   t.name = name;
   set_qu8_gemm(t, mr, nr, 4, Qu8Layout::C4, false);
   t.qu8_igemm_narrow = nullptr;
   t.names.qu8_igemm_narrow = nullptr;
+  t.qu8_depthwise_narrow = nullptr;
+  t.names.qu8_depthwise_narrow = nullptr;
   return t;
 }
 

@@ -32,7 +32,7 @@ enum class Isa { Scalar, Avx2, AvxVnni, Avx512, Avx512Vnni, Avx512Amx, Neon, Neo
   X(igemm_f32w) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
-  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_maxpool)   \
+  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_depthwise_narrow) X(qu8_maxpool)   \
   X(qu8_avgpool) X(qu8_global_avgpool) X(qu8_add) X(qu8_mul) X(qu8_requantize) X(qu8_lut)
 
 // The function name (ukernels.h: <datatype>_<op>_<tile>__<isa>) in each slot of a table; null
@@ -90,6 +90,9 @@ struct KernelTable {
   // bits; null elsewhere (vpdpbusd and sdot need no narrow weights).
   Qu8IgemmUkernel qu8_igemm_narrow;
   Qu8DepthwiseUkernel qu8_depthwise;
+  // For depthwise weights whose kernel-row pairs fit vpmaddubsw's int16 sums
+  // (qu8_dw_pairs_fit_int16), packed by the level's narrow packer (qu8_dw_packer): avx2 only.
+  Qu8DepthwiseUkernel qu8_depthwise_narrow;
   Qu8PoolUkernel qu8_maxpool;
   Qu8PoolUkernel qu8_avgpool;
   Qu8GlobalAvgPoolUkernel qu8_global_avgpool;

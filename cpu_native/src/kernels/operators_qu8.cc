@@ -255,11 +255,15 @@ void Qu8ConvPlan::run(const uint8_t* input, uint8_t* output, size_t threads, siz
 
 // ---------------------------------------------------------------------------------------------
 
-Qu8DwPacker qu8_dw_packer(Isa isa) {
+Qu8DwPacker qu8_dw_packer(Isa isa, bool narrow) {
   Qu8DwPacker p;
   switch (isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    case Isa::Avx2: p.bytes = qu8_dw_bytes__avx2; p.pack = qu8_dw_pack__avx2; p.block = 32; break;
+    case Isa::Avx2:
+      p.bytes = narrow ? qu8_dw_narrow_bytes__avx2 : qu8_dw_bytes__avx2;
+      p.pack = narrow ? qu8_dw_narrow_pack__avx2 : qu8_dw_pack__avx2;
+      p.block = 32;
+      break;
     case Isa::AvxVnni: p.bytes = qu8_dw_bytes__avxvnni; p.pack = qu8_dw_pack__avxvnni; p.block = 32; break;
     case Isa::Avx512: p.bytes = qu8_dw_bytes__avx512skx; p.pack = qu8_dw_pack__avx512skx; p.block = 64; break;
     case Isa::Avx512Vnni:
@@ -269,6 +273,16 @@ Qu8DwPacker qu8_dw_packer(Isa isa) {
     default: break;
   }
   return p;
+}
+
+bool qu8_dw_pairs_fit_int16(const int8_t* w, size_t c, size_t kh, size_t kw) {
+  for (size_t ky = 0; ky < kh; ky += 2)  // rows (0, 1), (2, 3), ...: each 4-row group's byte pairs
+    for (size_t kx = 0; kx < kw; ++kx)
+      for (size_t ch = 0; ch < c; ++ch) {
+        const int w0 = w[(ky * kw + kx) * c + ch], w1 = ky + 1 < kh ? w[((ky + 1) * kw + kx) * c + ch] : 0;
+        if (std::max(w0, 0) + std::max(w1, 0) > 128 || std::max(-w0, 0) + std::max(-w1, 0) > 128) return false;
+      }
+  return true;
 }
 
 Qu8DepthwisePlan::Qu8DepthwisePlan(size_t n, size_t h, size_t w, size_t c, size_t multiplier, const ConvGeometry& g,
@@ -309,15 +323,17 @@ Qu8DepthwisePlan::Qu8DepthwisePlan(size_t n, size_t h, size_t w, size_t c, size_
   args.bias_folded = folded_.data();
   args.rq = rq_.data();
   const KernelTable& tab = table_or_active(t);
-  const Qu8DwPacker packer = qu8_dw_packer(tab.isa);
+  const bool narrow = tab.qu8_depthwise_narrow != nullptr && multiplier == 1 &&
+                      qu8_dw_pairs_fit_int16(weights, c, g.kh, g.kw);
+  const Qu8DwPacker packer = qu8_dw_packer(tab.isa, narrow);
   const bool packed_window = g.kh <= kQu8DwMaxRows && taps <= kQu8DwMaxTaps;
   if (multiplier != 1 || (packer.packs() && !packed_window)) {
     kernel_ = qu8_depthwise__scalar;
     name_ = "qu8_depthwise__scalar";
     return;
   }
-  kernel_ = tab.qu8_depthwise;
-  name_ = tab.names.qu8_depthwise;
+  kernel_ = narrow ? tab.qu8_depthwise_narrow : tab.qu8_depthwise;
+  name_ = narrow ? tab.names.qu8_depthwise_narrow : tab.names.qu8_depthwise;
   if (packer.packs()) {
     packed_ = AlignedBuffer<uint8_t>(packer.bytes(c, g.kh, g.kw));
     const Qu8DwPackArgs pa{weights_.data(), folded_.data(), rq_.data(), c, g.kh, g.kw};

@@ -114,6 +114,29 @@ size_t qu8_dw_bytes__avx2(size_t c, size_t kh, size_t kw) {
 
 void qu8_dw_pack__avx2(const Qu8DwPackArgs* args, void* out) { dw::pack<dw::PairTaps>(args, out); }
 
+namespace {
+// The narrow depthwise tap (the qu8_depthwise_narrow slot): 4 kernel rows a lane as bytes, the
+// avxvnni layout; vpmaddubsw sums rows (0, 1) and (2, 3) into int16 lanes, vpmaddwd by 1 adds the
+// two into the int32 lane and vpaddd accumulates: 3 instructions per 4 taps of 8 channels where
+// PairTaps takes 4 (two vpmaddwd + vpaddd pairs), and half the interleaving. Exact only for
+// weights whose row pairs never leave int16 (qu8_dw_pairs_fit_int16, which the plan checks).
+struct MaddubsDot {
+  static __m256i dot(__m256i acc, __m256i x, __m256i w) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(x, w), _mm256_set1_epi16(1)));
+  }
+};
+using NarrowTaps = dw::QuadTaps<MaddubsDot>;
+}  // namespace
+
+// Multiplier 1, weights packed by qu8_dw_narrow_pack__avx2 (the avxvnni layout), whose row pairs fit.
+void qu8_depthwise_narrow_8c__avx2(const Qu8DepthwiseArgs* a, size_t row_begin, size_t row_end) {
+  dw::run<NarrowTaps>(a, row_begin, row_end);
+}
+
+size_t qu8_dw_narrow_bytes__avx2(size_t c, size_t kh, size_t kw) { return dw::packed_bytes<NarrowTaps>(c, kh, kw); }
+
+void qu8_dw_narrow_pack__avx2(const Qu8DwPackArgs* args, void* out) { dw::pack<NarrowTaps>(args, out); }
+
 void qu8_quantize_32x__avx2(const float* x, uint8_t* y, size_t n, const Qu8QuantizeParams* params) {
   const __m256 scale = _mm256_set1_ps(params->scale), zp = _mm256_set1_ps(params->zero_point);
   const __m256 lo = _mm256_set1_ps(static_cast<float>(params->qmin)), hi = _mm256_set1_ps(static_cast<float>(params->qmax));

@@ -55,7 +55,12 @@ struct Qu8DwPacker {
 
 // The packer of a level's qu8_depthwise kernel, or an empty one where the kernel reads the plain
 // weights (scalar, NEON).
-Qu8DwPacker qu8_dw_packer(Isa isa);
+Qu8DwPacker qu8_dw_packer(Isa isa, bool narrow = false);
+
+// True when every pair of kernel rows (4g, 4g+1) and (4g+2, 4g+3) of weights [KH][KW][C] (rows past
+// KH: 0) keeps vpmaddubsw's int16 sum exact for any uint8 inputs (ukernels.h's bound: positive
+// parts and negative parts each summing to at most 128): the qu8_depthwise_narrow slot's condition.
+bool qu8_dw_pairs_fit_int16(const int8_t* w, size_t c, size_t kh, size_t kw);
 
 // The largest window the packed kernels take (larger ones run the scalar kernel).
 constexpr size_t kQu8DwMaxRows = 64, kQu8DwMaxTaps = 1024;
@@ -109,6 +114,8 @@ static inline int32_t qu8_dw_quad_lane(const int8_t* w) {
 #if defined(__x86_64__) || defined(_M_X64)
 size_t qu8_dw_bytes__avx2(size_t c, size_t kh, size_t kw);
 void qu8_dw_pack__avx2(const Qu8DwPackArgs* args, void* out);
+size_t qu8_dw_narrow_bytes__avx2(size_t c, size_t kh, size_t kw);
+void qu8_dw_narrow_pack__avx2(const Qu8DwPackArgs* args, void* out);
 size_t qu8_dw_bytes__avxvnni(size_t c, size_t kh, size_t kw);
 void qu8_dw_pack__avxvnni(const Qu8DwPackArgs* args, void* out);
 size_t qu8_dw_bytes__avx512skx(size_t c, size_t kh, size_t kw);

@@ -495,6 +495,7 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__avx2, f32_resize_linear__avx2
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16c4__avx2;
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_4x16c4__avx2;  // vpmaddubsw (the qu8_igemm_narrow slot)
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__avx2;
+UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_narrow_8c__avx2;  // vpmaddubsw (the qu8_depthwise_narrow slot)
 UkernelFunction<Qu8PoolUkernel> qu8_maxpool_32c__avx2, qu8_avgpool_8c__avx2;
 UkernelFunction<Qu8GlobalAvgPoolUkernel> qu8_global_avgpool_32c__avx2;
 UkernelFunction<Qu8BinaryUkernel> qu8_add_16x__avx2, qu8_mul_16x__avx2;
