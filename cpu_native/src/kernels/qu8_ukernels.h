@@ -13,7 +13,9 @@
 // The kernels interleave the KH taps of one input column (kernel rows ky) into vector lanes so one
 // instruction multiplies several taps: avx512vnni groups 4 rows per int32 lane as bytes (vpdpbusd:
 // u8 x s8, 4 products summed exactly into the lane), avx512 and avx2 2 rows per lane as int16
-// (vpmaddwd: 2 products summed exactly). Kernel rows past KH in the last group have zero weights.
+// (vpmaddwd: 2 products summed exactly); avx2's narrow kernel (qu8_depthwise_narrow_8c__avx2, for weights
+// whose row pairs fit vpmaddubsw's int16 sums) packs avxvnni's 4 rows a lane as bytes. Kernel rows past
+// KH in the last group have zero weights.
 // The interleave of 16 channels of each row with two levels of in-lane unpacks leaves, per 128-bit
 // lane L, channels 16L + 4v .. 16L + 4v + 3 in vector v (v = 0..3): channel
 //   ch(v, i) = 16 * (i / 4) + 4 * v + i % 4     (i = int32 lane of a 128/256/512-bit vector v)
