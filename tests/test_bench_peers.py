@@ -174,13 +174,16 @@ def test_a_crashing_peer_is_recorded_and_the_run_goes_on(monkeypatch, capsys, tm
     fake(monkeypatch, "edgesdk", "--ms", "3")
     fake(monkeypatch, "ort", "--ms", "4")
     fake(monkeypatch, "litert", "--crash-on", "load")
+    fake(monkeypatch, "ncnn", "--crash-on", "time", "--ms", "0.5")
     argv = common(tmp_path, tiny_model)
     argv[argv.index("--models") + 1:argv.index("--models") + 2] = [str(tiny_model), str(second)]
-    code, out, rows = run(capsys, *argv, "--peers", "ort", "litert", "--no-rss")
+    code, out, rows = run(capsys, *argv, "--peers", "ort", "litert", "ncnn", "--no-rss")
     assert code == 0 and [r["model"] for r in rows] == ["tiny", "second"]
     for row in rows:
         assert row["engines"]["litert"]["status"] == "failed"
         assert "runner died during load (killed by SIGSEGV)" in row["engines"]["litert"]["reason"]
+        assert row["engines"]["ncnn"]["status"] == "failed"  # passed the gate, then crashed: not a candidate
+        assert row["engines"]["ncnn"]["reason"].startswith("while timing: runner died during time")
         assert row["engines"]["edgesdk"]["status"] == row["engines"]["ort"]["status"] == "timed"
         assert row["ratio"] == pytest.approx(0.75)
 

@@ -19,7 +19,7 @@ tools/peers/requirements-<peer>.txt (never in .venv: their numpy/onnx/protobuf p
     ncnn      .peers-ncnn        make peers-ncnn     pnnx -> .ncnn.param/.bin, fp16=0
 
 A requested peer whose venv is missing is skipped with a '#' line naming its make target; its
-column says "not installed". tools/peers/peer_runner.py says how each engine is configured (f32
+column says "not installed" (--install runs those make targets first). tools/peers/peer_runner.py says how each engine is configured (f32
 precision hint for OpenVINO, MNN precision "normal", every fp16/bf16 option of ncnn off, ...).
 
 Each engine runs in its own long-lived process (tools/peers/peer_runner.py serve, started with
@@ -372,7 +372,7 @@ def convert_all(models: list[ModelFile], engines: list[Engine], args, log_dir: P
                     m.converted[e.name] = {"ok": True, "model": m.path}
                     continue
                 bar.set_postfix_str(f"{e.name} {m.name}")
-                shape = ",".join(str(d) for d in m.inputs[0][1])
+                shape = ",".join(str(d) for d in m.inputs[0][1])  # the first input's (the zoo has one)
                 command = e.command("convert") + ["--onnx", m.path, "--input-shape", shape,
                                                   "--cache-dir", str(args.cache_dir)]
                 log = log_dir / f"{e.name}.convert.log"
@@ -383,9 +383,11 @@ def convert_all(models: list[ModelFile], engines: list[Engine], args, log_dir: P
                         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=f, text=True,
                                               timeout=args.convert_timeout, cwd=ROOT)
                         lines = [s for s in done.stdout.splitlines() if s.strip()]
-                        if lines:
-                            result = json.loads(lines[-1])
-                        else:
+                        try:
+                            result = json.loads(lines[-1]) if lines else None
+                        except json.JSONDecodeError:
+                            result = None
+                        if result is None:
                             result = {"ok": False, "error": f"converter process {_exit_reason(done.returncode)}; "
                                                             f"see {log}" + (f": {_log_tail(log)}" if _log_tail(log) else "")}
                     except subprocess.TimeoutExpired:
@@ -430,10 +432,13 @@ def fresh_rss(engine: Engine, model_file: str, threads: int, inputs_file: Path, 
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {args.timeout:.0f} s"}
     lines = [s for s in done.stdout.splitlines() if s.strip()]
-    if done.returncode != 0 or not lines:
-        err = [s for s in done.stderr.splitlines() if s.strip()]
-        return {"error": f"{_exit_reason(done.returncode)}" + (f": {one_line(err[-1])}" if err else "")}
-    return json.loads(lines[-1])
+    if done.returncode == 0 and lines:
+        try:
+            return json.loads(lines[-1])
+        except json.JSONDecodeError:
+            pass
+    err = [s for s in done.stderr.splitlines() if s.strip()]
+    return {"error": f"{_exit_reason(done.returncode)}" + (f": {one_line(err[-1])}" if err else "")}
 
 
 def bench_one(model: ModelFile, threads: int, engines: list[Engine], ref: list[np.ndarray] | None,
@@ -442,9 +447,11 @@ def bench_one(model: ModelFile, threads: int, engines: list[Engine], ref: list[n
     loaded: list[Engine] = []
     key = f"{model.name}@{threads}"
 
+    where = f"{model.name} at {threads} thread{'s' if threads > 1 else ''}"
+
     def fail(e: Engine, status: str, reason: str) -> None:
-        results[e.name] = {"status": status, "reason": reason}
-        say(f"# {e.label} on {model.name} at {threads} thread{'s' if threads > 1 else ''}: {status}: {reason}")
+        results[e.name] = {**results.get(e.name, {}), "status": status, "reason": reason}
+        say(f"# {e.label} on {where}: {status}: {reason}")
 
     for e in engines:
         conv = model.converted.get(e.name, {"ok": False, "error": "not converted"})
@@ -470,13 +477,14 @@ def bench_one(model: ModelFile, threads: int, engines: list[Engine], ref: list[n
                  "max_abs_diff": check["max_abs_diff"], "bound": check["bound"], "model_file": conv["model"]}
         if "xnnpack" in loaded_answer:
             entry["xnnpack"] = loaded_answer["xnnpack"]
+            if not loaded_answer["xnnpack"]:
+                say(f"# {e.label} on {model.name}: XNNPACK took no part of the graph (LiteRT's own kernels run it)")
         loaded.append(e)
         if check["ok"]:
             results[e.name] = {"status": "timed", **entry}
         else:
             results[e.name] = {"status": "refused", "reason": check["reason"], **entry}
-            say(f"# {e.label} on {model.name} at {threads} thread{'s' if threads > 1 else ''}: refused (not timed): "
-                f"{check['reason']}")
+            say(f"# {e.label} on {where}: refused (not timed): {check['reason']}")
 
     timed = [e for e in engines if results[e.name]["status"] == "timed"]
     samples: dict[str, list[float]] = {e.name: [] for e in timed}
@@ -487,7 +495,7 @@ def bench_one(model: ModelFile, threads: int, engines: list[Engine], ref: list[n
             time.sleep(args.settle)
             try:
                 answer = runners.get(ENGINES[name]).ask(op="time", id=key, warmup=2, min_runs=5,
-                                                                min_time_s=args.min_time / args.rounds)
+                                                        min_time_s=args.min_time / args.rounds)
                 samples[name] += answer["seconds"]
             except RunnerError as exc:
                 fail(ENGINES[name], "failed", f"while timing: {exc}")
@@ -507,7 +515,7 @@ def bench_one(model: ModelFile, threads: int, engines: list[Engine], ref: list[n
             rss = fresh_rss(e, results[e.name].get("model_file", model.path), threads, inputs_file, args)
             if "error" in rss:
                 results[e.name]["rss_error"] = rss["error"]
-                say(f"# {e.label} on {model.name} at {threads} threads: peak RSS not measured: {rss['error']}")
+                say(f"# {e.label} on {where}: peak RSS not measured: {rss['error']}")
             else:
                 results[e.name].update(peak_rss_mb=rss["peak_rss_mb"], fresh_load_ms=rss["load_ms"])
                 if "ru_maxrss_mb" in rss:
@@ -515,8 +523,6 @@ def bench_one(model: ModelFile, threads: int, engines: list[Engine], ref: list[n
     best, ratio = best_peer(results)
     return {"model": model.name, "onnx": model.path, "threads": threads,
             "inputs": {n: s for n, s in model.inputs}, "engines": results, "best_peer": best, "ratio": ratio}
-
-
 
 
 def best_peer(results: dict[str, dict]) -> tuple[str | None, float | None]:
@@ -705,6 +711,15 @@ def main(argv: list[str] | None = None) -> int:
         "ratio below 1: edgesdk faster")
     for line in latency_table(rows, columns):
         say("# " + line)
+    diffs = []
+    for e in columns:
+        checked = [(r["engines"][e.name]["max_abs_diff"], r["engines"][e.name]["bound"], r["model"]) for r in rows
+                   if r["engines"].get(e.name, {}).get("max_abs_diff") is not None]
+        if checked and e.name != "ort":
+            d, b, m = max(checked, key=lambda c: c[0] / c[1])
+            diffs.append(f"{e.label} {d:.2g} ({m}, bound {b:.2g})")
+    if diffs:
+        say("# largest max abs diff against ONNX Runtime (1 thread), relative to its bound: " + "; ".join(diffs))
     say("#")
     say(f"# load ms: session creation from the converted file, median of {args.load_repeat} in the engine's runner "
         f"(in brackets: the first load in a fresh process); peak RSS MB: VmHWM of that fresh process after "
