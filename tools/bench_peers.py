@@ -608,6 +608,25 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def edgesdk_source() -> str:
+    """Where the edgesdk package imported comes from, and its checkout's commit and uncommitted
+    changes (an editable install runs the native module last built from that checkout)."""
+    import edgesdk
+    root = Path(edgesdk.__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return str(root)
+    if not head:
+        return str(root)
+    changed = f" + uncommitted changes in {len(dirty)} files ({', '.join(d[3:] for d in dirty[:4])}" \
+              f"{', ...' if len(dirty) > 4 else ''})" if dirty else ""
+    return f"{root} at git {head}{changed}"
+
+
 def parse_args(argv: list[str] | None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -657,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"# {platform.processor() or platform.machine()} {time.strftime('%Y-%m-%d')} {command.strip()}")
     say(f"# cpu: {cpu_name()}, {os.cpu_count()} logical CPUs; edgesdk {edgesdk_version} kernel level "
         f"{active_isa()}; Python {platform.python_version()}; batch 1, fp32")
+    say(f"# edgesdk timed: {edgesdk_source()}")
     requested = [ENGINES[p] for p in PEERS if p in args.peers]
     missing = [e for e in requested if not e.installed()]
     if args.install and missing:
