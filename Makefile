@@ -17,13 +17,15 @@ TEST_APT_PACKAGES := ocl-icd-opencl-dev opencl-headers clinfo oclgrind g++-aarch
                      openssh-server openssh-client chromium-headless-shell bochs bochsbios vgabios xorriso \
                      isolinux syslinux-common
 PYTEST_ARGS ?=
+COMMA := ,
 NATIVE_SOURCES := $(shell find cpu_native -type f 2>/dev/null) CMakeLists.txt
 # The editable install (scikit-build-core's redirect mode) lists the package's modules when it is
 # made: a module added or removed since (edgesdk/cli.py -> edgesdk/cli/) needs a reinstall. Adding
 # or removing a file changes its folder's mtime, so the folders are prerequisites of the stamps.
 PACKAGE_DIRS := $(shell find edgesdk -type d -not -name __pycache__ 2>/dev/null)
 
-.PHONY: demo test setup demo-setup demo-packages test-packages bench peers-litert clean
+.PHONY: demo test setup demo-setup demo-packages test-packages bench peers peers-litert peers-openvino \
+        peers-mnn peers-ncnn clean
 
 demo: demo-setup
 	$(BIN)/edgesdk quickstart
@@ -82,6 +84,43 @@ $(PEERS_LITERT)/.installed: tools/peers/requirements-litert.txt
 	$(PEERS_LITERT)/bin/python -m pip install -q --upgrade pip
 	$(PEERS_LITERT)/bin/python -m pip install -q -r tools/peers/requirements-litert.txt
 	$(PEERS_LITERT)/bin/python -m pip check
+	touch $@
+
+# The peers of tools/bench_peers.py (fp32 latency of edgesdk cpu against ONNX Runtime, OpenVINO,
+# LiteRT, MNN and ncnn; ONNX Runtime is .venv's, the `bench` extra). One venv per peer, never
+# .venv, every version pinned in tools/peers/requirements-<peer>.txt and installed with --no-deps
+# (each file lists every package its venv gets), so what a wheel would add beyond that is left
+# out on purpose (each file says what and why: OpenVINO's telemetry, pnnx's multi-GB torch);
+# `pip check` may report exactly those and nothing else. About 250 MB (OpenVINO), 60 MB (MNN),
+# 200 MB (ncnn + pnnx).
+PEERS_OPENVINO := .peers-openvino
+PEERS_MNN := .peers-mnn
+PEERS_NCNN := .peers-ncnn
+peers: peers-litert peers-openvino peers-mnn peers-ncnn
+peers-openvino: $(PEERS_OPENVINO)/.installed
+peers-mnn: $(PEERS_MNN)/.installed
+peers-ncnn: $(PEERS_NCNN)/.installed
+
+# $(call pip_check_except,VENV,REGEX): pip check, failing on any complaint but lines matching REGEX.
+pip_check_except = @out=$$($(1)/bin/python -m pip check 2>&1); echo "$$out"; \
+	if echo "$$out" | grep -v '^No broken requirements found' | grep -Ev '$(2)' | grep -q .; then exit 1; fi
+
+$(PEERS_OPENVINO)/.installed: tools/peers/requirements-openvino.txt
+	test -x $(PEERS_OPENVINO)/bin/python || $(PYTHON) -m venv $(PEERS_OPENVINO)
+	$(PEERS_OPENVINO)/bin/python -m pip install --no-deps -r $<
+	$(call pip_check_except,$(PEERS_OPENVINO),^openvino [^ ]+ requires openvino-telemetry$(COMMA))
+	touch $@
+
+$(PEERS_MNN)/.installed: tools/peers/requirements-mnn.txt
+	test -x $(PEERS_MNN)/bin/python || $(PYTHON) -m venv $(PEERS_MNN)
+	$(PEERS_MNN)/bin/python -m pip install --no-deps -r $<
+	$(call pip_check_except,$(PEERS_MNN),^$$)
+	touch $@
+
+$(PEERS_NCNN)/.installed: tools/peers/requirements-ncnn.txt
+	test -x $(PEERS_NCNN)/bin/python || $(PYTHON) -m venv $(PEERS_NCNN)
+	$(PEERS_NCNN)/bin/python -m pip install --no-deps -r $<
+	$(call pip_check_except,$(PEERS_NCNN),^pnnx [^ ]+ requires torch$(COMMA))
 	touch $@
 
 clean:

@@ -126,6 +126,11 @@ def convert(onnx_path: Path, calib_path: Path, input_name: str | None, cache: Pa
         channels = nhwc.shape[-1]
         np.save(work / "calib_nhwc.npy", np.ascontiguousarray(nhwc))
         np.save(work / _PLACEHOLDER, np.zeros((20, 128, 128, 3), np.float32))
+        # onnx2tf saves its shape-inferred / simplified graph over the file it is given (its
+        # onnx.save(..., input_onnx_file_path)): a copy, so the zoo's cached export stays the one
+        # edgesdk and ONNX Runtime are measured on
+        source = work / "input.onnx"
+        shutil.copyfile(onnx_path, source)
         mean = np.full((1,) * (nhwc.ndim - 1) + (channels,), SETTINGS["mean"], np.float32)
         std = np.full_like(mean, SETTINGS["std"])
         command = (f"onnx2tf -i {onnx_path} -o OUT -oiqt -qt {SETTINGS['quant_type']} "
@@ -138,7 +143,7 @@ def convert(onnx_path: Path, calib_path: Path, input_name: str | None, cache: Pa
         try:
             with _output_to(work / "onnx2tf.log"):
                 import onnx2tf
-                onnx2tf.convert(input_onnx_file_path=str(onnx_path), output_folder_path=str(work / "saved_model"),
+                onnx2tf.convert(input_onnx_file_path=str(source), output_folder_path=str(work / "saved_model"),
                                 output_integer_quantized_tflite=True, quant_type=SETTINGS["quant_type"],
                                 custom_input_op_name_np_data_path=[[input_name, str(work / "calib_nhwc.npy"),
                                                                     mean, std]],
