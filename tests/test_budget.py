@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -196,6 +197,16 @@ def test_cli_search_prints_the_plan_and_writes_the_recipe(tmp_path):
                 "digits", *calib)
     assert proc.returncode == 0, proc.stderr
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_cli_latency_objective_times_source_and_package_interleaved(tmp_path):
+    proc = _cli("pack", str(default_model_path()), "-o", str(tmp_path / "l.edgepkg"), "--max-drop", "0.5",
+                "--calib", "digits", "--objective", "latency", "--sensitivity-samples", "64")
+    assert proc.returncode == 0, proc.stderr
+    line = [x for x in proc.stdout.splitlines() if x.startswith("latency: ")]
+    assert len(line) == 1 and "median of 4 interleaved blocks each" in line[0], proc.stdout
+    before, after = (float(v) for v in re.findall(r"([0-9.]+) ms", line[0]))
+    assert before > 0 and after > 0
 
 
 @pytest.mark.parametrize("args, words", [
