@@ -9,8 +9,13 @@
 //   3x3 depthwise convolutions, qu8 against fp32.
 // Each figure is the best of repeated runs over at least ~0.3 s (weights stay packed; inputs
 // warm), the protocol of seed 001 §4 minus cache eviction.
-// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only]
+//   Winograd (--winograd, alone): F(4x4, 3x3) against the direct convolution on 3x3 stride-1 layers
+//   (ResNet-18's and others), 1 and 2 threads (--threads N: N only), and what ConvPlan's rule picks.
+// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N]]
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -161,16 +166,78 @@ void bench_qu8(const KernelTable* t, bool quick) {
               t->names.qu8_depthwise_narrow != nullptr ? t->names.qu8_depthwise_narrow : t->names.qu8_depthwise);
 }
 
+// Winograd F(4x4, 3x3) against the direct (indirect GEMM) convolution on 3x3 stride-1 layers, pad 1,
+// batch 1: GOPS counted as the direct convolution's MACs (2 x OH x OW x C x K x 9 per second) for
+// both, so the figures compare times; the max difference between the two relative to the output's
+// largest magnitude; and whether ConvPlan's Auto rule picks Winograd there.
+void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>& thread_counts) {
+  std::printf("winograd F(4x4,3x3) vs direct convolution (%s: gemm %s, transforms %s / %s)\n", t->name,
+              t->names.igemm_f32w, t->names.winograd_input, t->names.winograd_output);
+  struct Shape { const char* net; size_t h, w, c, k; };
+  const Shape shapes[] = {
+      {"resnet18", 56, 56, 64, 64},   {"resnet18", 28, 28, 128, 128}, {"resnet18", 14, 14, 256, 256},
+      {"resnet18", 7, 7, 512, 512},   {"other", 112, 112, 32, 32},   {"other", 56, 56, 32, 32},
+      {"other", 28, 28, 64, 64},      {"other", 28, 28, 32, 32},     {"other", 14, 14, 64, 64},
+      {"other", 14, 14, 128, 128},    {"other", 14, 14, 512, 512},   {"other", 28, 28, 16, 16},
+      {"other", 56, 56, 16, 16},      {"other", 14, 14, 32, 32},     {"other", 7, 7, 256, 256},
+      {"other", 7, 7, 128, 128},      {"other", 28, 28, 256, 256},   {"other", 56, 56, 128, 128},
+  };
+  std::mt19937 rng(13);
+  for (size_t threads : thread_counts) {
+    double net_macs = 0, net_direct = 0, net_best = 0;
+    for (const Shape& s : shapes) {
+      ConvGeometry g;
+      g.kh = g.kw = 3;
+      g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
+      const size_t kdim = 9 * s.c;
+      auto wf = random_vec(s.k * kdim, rng), xf = random_vec(s.h * s.w * s.c, rng), bf = random_vec(s.k, rng);
+      auto packed = pack_gemm_weights(wf.data(), s.k, kdim, WeightLayout::NK, bf.data(), WeightType::F32, t);
+      ConvPlan direct(1, s.h, s.w, s.c, g, packed, ConvAlgorithm::Direct);
+      ConvPlan wino(1, s.h, s.w, s.c, g, packed, ConvAlgorithm::Winograd);
+      ConvPlan autoplan(1, s.h, s.w, s.c, g, packed);
+      std::vector<float> yd(s.h * s.w * s.k), yw(yd.size());
+      const double min_time = quick ? 0.05 : 0.3;
+      const double td = best_seconds([&] { direct.run(xf.data(), yd.data(), act_none(), threads); }, min_time);
+      const double tw = best_seconds([&] { wino.run(xf.data(), yw.data(), act_none(), threads); }, min_time);
+      double scale = 0, diff = 0;
+      for (size_t i = 0; i < yd.size(); ++i) {
+        scale = std::max(scale, static_cast<double>(std::fabs(yd[i])));
+        diff = std::max(diff, static_cast<double>(std::fabs(yd[i] - yw[i])));
+      }
+      const double macs = static_cast<double>(s.h * s.w) * s.k * kdim;
+      std::printf("  %-9s %3zux%-3zu %4zu->%-4zu threads=%zu: direct %6.1f GOPS (%7.3f ms), winograd %6.1f GOPS "
+                  "(%7.3f ms): %.2fx, max diff %.1e of max |y|, auto: %s\n",
+                  s.net, s.h, s.w, s.c, s.k, threads, 2 * macs / td * 1e-9, td * 1e3, 2 * macs / tw * 1e-9, tw * 1e3,
+                  td / tw, diff / scale, autoplan.algorithm_name());
+      if (std::string(s.net) == "resnet18") {
+        net_macs += macs;
+        net_direct += td;
+        net_best += autoplan.is_winograd() ? tw : td;
+      }
+    }
+    std::printf("  resnet18 3x3 stride-1 layers threads=%zu: direct %.3f ms, auto %.3f ms (%.2fx)\n", threads,
+                net_direct * 1e3, net_best * 1e3, net_direct / net_best);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const KernelTable* t = &active_kernels();
-  bool quick = false, qu8 = false, qu8_only = false;
+  bool quick = false, qu8 = false, qu8_only = false, winograd = false;
+  size_t threads_arg = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--isa" && i + 1 < argc) t = &kernels_for(parse_isa(argv[++i]));
     if (std::string(argv[i]) == "--quick") quick = true;
     if (std::string(argv[i]) == "--qu8") qu8 = true;
     if (std::string(argv[i]) == "--qu8-only") qu8 = qu8_only = true;
+    if (std::string(argv[i]) == "--winograd") winograd = true;
+    if (std::string(argv[i]) == "--threads" && i + 1 < argc) threads_arg = std::strtoul(argv[++i], nullptr, 10);
+  }
+  if (winograd) {
+    if (threads_arg != 0) bench_winograd(t, quick, {threads_arg});
+    else bench_winograd(t, quick, {1, 2});
+    return 0;
   }
   if (qu8_only) {
     bench_qu8(t, quick);

@@ -1,0 +1,202 @@
+// Winograd F(4x4, 3x3) convolution (ukernels.h; seed 001 ch. III; Lavin & Gray 2016): the weight
+// transform, the rule that picks it, and ConvPlan's driver for it.
+//
+// The driver cuts the N x ceil(OH/4) x ceil(OW/4) output tiles into blocks of `tile_block` tiles.
+// A work unit is one block and a group of K panels: it transforms the block's input patches (the
+// level's winograd_input) into V [36][tiles][C], runs the 36 GEMMs M_e = V_e U_e over its panels
+// with the level's igemm_f32w (the transformed weights are packed as its panels), and transforms
+// M [36][tiles][K] back into the block's NHWC output pixels of its channels (winograd_output, with
+// the bias and the clamp part of the activation; the other activations as a pass over the tile).
+// V and M are per-thread scratch sized to stay in L2 with the panels they meet; no full-size
+// transformed tensor exists. Threads take units dynamically; a block is split into panel groups
+// only when there are too few blocks to feed them (each group then transforms the block's input
+// again: a few percent of a group's GEMM work).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/operators.h"
+#include "kernels/thread_pool.h"
+
+namespace edgesdk::kernels {
+namespace {
+
+constexpr size_t kE = kWinogradPositions, kP = kWinogradPatch, kR = kWinogradTile;
+
+// G of F(4x4, 3x3) (ukernels.h).
+const double kG[kP][3] = {{1.0 / 4, 0.0, 0.0},         {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                          {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0.0, 0.0, 1.0}};
+
+// Row strides of V and M: whole 64-byte lines.
+size_t scratch_stride(size_t channels) { return round_up(channels, 16); }
+
+// Bytes of V and M a thread keeps per tile block: within L2 (with room for the weight panels and
+// the input rows streaming through), measured on ResNet-18's layers (kernel_bench --winograd).
+constexpr size_t kScratchBytes = 768 * 1024;
+
+void transform_weights(const PackedGemmWeights& w, WinogradWeights& out) {
+  const size_t c = w.k / 9, k = w.n, nr = w.nr, panels = w.panel_count();
+  out.c = c;
+  out.k = k;
+  out.nr = nr;
+  out.u = AlignedBuffer<float>(kE * panels * c * nr);
+  std::memset(out.u.data(), 0, out.u.size() * sizeof(float));
+  const float* src = reinterpret_cast<const float*>(w.panels.data());
+  for (size_t p = 0; p < panels; ++p)
+    for (size_t ch = 0; ch < c; ++ch)
+      for (size_t j = 0; j < nr && p * nr + j < k; ++j) {
+        double g[3][3];  // the filter of output p*nr + j, input channel ch: panel rows (ky*3 + kx)*C + ch
+        for (size_t ky = 0; ky < 3; ++ky)
+          for (size_t kx = 0; kx < 3; ++kx) g[ky][kx] = src[(p * w.k + (ky * 3 + kx) * c + ch) * nr + j];
+        double gg[kP][3];  // G g
+        for (size_t i = 0; i < kP; ++i)
+          for (size_t x = 0; x < 3; ++x) gg[i][x] = kG[i][0] * g[0][x] + kG[i][1] * g[1][x] + kG[i][2] * g[2][x];
+        for (size_t i = 0; i < kP; ++i)  // (G g) G^T
+          for (size_t x = 0; x < kP; ++x) {
+            const double u = gg[i][0] * kG[x][0] + gg[i][1] * kG[x][1] + gg[i][2] * kG[x][2];
+            out.u[(((i * kP + x) * panels + p) * c + ch) * nr + j] = static_cast<float>(u);
+          }
+      }
+}
+
+}  // namespace
+
+const WinogradWeights& winograd_weights(const PackedGemmWeights& w) {
+  if (w.type != WeightType::F32 || w.f16_arith || w.k % 9 != 0)
+    throw std::invalid_argument("winograd_weights: needs fp32 weights of a 3x3 convolution");
+  WinogradCache& cache = *w.winograd;
+  std::call_once(cache.once, [&] { transform_weights(w, cache.weights); });
+  return cache.weights;
+}
+
+bool winograd_applies(const ConvGeometry& g, const PackedGemmWeights& w) {
+  return g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 &&
+         w.type == WeightType::F32 && !w.f16_arith;
+}
+
+bool winograd_enabled() {
+  const char* env = std::getenv("EDGESDK_CPU_WINOGRAD");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+bool winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k, const KernelTable& t) {
+  (void)t;
+  const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR);
+  return c >= 16 && k >= 16 && tiles >= 16;
+}
+
+size_t winograd_tile_block(size_t tiles, size_t c, size_t k, size_t mr) {
+  const size_t per_tile = kE * (scratch_stride(c) + scratch_stride(k)) * sizeof(float);
+  const size_t block = max_size(mr, kScratchBytes / per_tile / mr * mr);
+  return min_size(block, round_up(tiles, mr));
+}
+
+void ConvPlan::run_winograd(const float* input, float* output, const Activation& act, size_t threads,
+                            size_t in_stride, size_t out_stride) const {
+  const PackedGemmWeights& w = *weights_;
+  const WinogradWeights& u = *winograd_;
+  const KernelTable& t = *w.table;
+  const size_t mr = w.mr(), nr = w.nr, panels = w.panel_count(), k = w.n;
+  const size_t tiles_per_image = tiles_h_ * tiles_w_, tiles = n_ * tiles_per_image;
+  const size_t tb = tile_block_, blocks = div_up(tiles, tb);
+  const size_t cs = scratch_stride(c_), ks = scratch_stride(k);
+  size_t groups = 1;
+  if (threads > 1 && blocks < 4 * threads) groups = min_size(panels, div_up(4 * threads, blocks));
+  const size_t panels_per_group = div_up(panels, groups);
+  groups = div_up(panels, panels_per_group);
+  const MinMax clamp = clamp_part(act);
+  const MinMax no_clamp{-INFINITY, INFINITY};
+  const bool post = needs_post_pass(act);
+  const float* zero = zero_.data();
+
+  // Recomputes the tile's nonfinite outputs (ukernels.h, WinogradOutputUkernel) as the direct
+  // convolution does, from the packed direct weights: the NaN / inf semantics of the other paths.
+  auto fix_nonfinite = [&](size_t b, size_t oy0, size_t ox0, size_t rows, size_t cols, size_t k0, size_t k1) {
+    const float* wp = reinterpret_cast<const float*>(w.panels.data());
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j) {
+        const size_t oy = oy0 + i, ox = ox0 + j;
+        float* y = output + ((b * oh_ + oy) * ow_ + ox) * out_stride;
+        for (size_t o = k0; o < k1; ++o) {
+          if (std::isfinite(y[o])) continue;
+          const size_t p = o / nr, col = o % nr;
+          float s = w.bias[o];
+          for (size_t ky = 0; ky < 3; ++ky)
+            for (size_t kx = 0; kx < 3; ++kx) {
+              const ptrdiff_t iy = static_cast<ptrdiff_t>(oy + ky) - static_cast<ptrdiff_t>(g_.pad_top);
+              const ptrdiff_t ix = static_cast<ptrdiff_t>(ox + kx) - static_cast<ptrdiff_t>(g_.pad_left);
+              if (iy < 0 || ix < 0 || iy >= static_cast<ptrdiff_t>(h_) || ix >= static_cast<ptrdiff_t>(w_)) continue;
+              const float* x = input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride;
+              const float* wk = wp + (p * w.k + (ky * 3 + kx) * c_) * nr + col;
+              for (size_t ch = 0; ch < c_; ++ch) s += x[ch] * wk[ch * nr];
+            }
+          s = s < clamp.min ? clamp.min : s;  // bounds first: NaN stays NaN
+          s = s > clamp.max ? clamp.max : s;
+          y[o] = s;
+        }
+      }
+  };
+
+  auto run_unit = [&](size_t unit, float* v, float* m) {
+    const size_t blk = unit / groups, grp = unit % groups;
+    const size_t t0 = blk * tb, nt = min_size(tb, tiles - t0);
+    const size_t p0 = grp * panels_per_group, p1 = min_size(panels, p0 + panels_per_group);
+    const size_t k0 = p0 * nr, k1 = min_size(k, p1 * nr);
+    // Input transform: V[e][tile][C].
+    const float* pixels[kP * kP];
+    for (size_t i = 0; i < nt; ++i) {
+      const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
+                   tx = tile % tiles_w_;
+      for (size_t py = 0; py < kP; ++py) {
+        const ptrdiff_t iy = static_cast<ptrdiff_t>(ty * kR + py) - static_cast<ptrdiff_t>(g_.pad_top);
+        for (size_t px = 0; px < kP; ++px) {
+          const ptrdiff_t ix = static_cast<ptrdiff_t>(tx * kR + px) - static_cast<ptrdiff_t>(g_.pad_left);
+          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h_) && ix < static_cast<ptrdiff_t>(w_);
+          pixels[py * kP + px] =
+              inside ? input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride : zero;
+        }
+      }
+      t.winograd_input(pixels, c_, v + i * cs, tb * cs);
+    }
+    // The 36 GEMMs, M_e[tile][k] = V_e[tile][:] U_e[:][k], over this unit's panels.
+    const float* rows[64];  // MR pointers (MR <= 64)
+    for (size_t e = 0; e < kE; ++e) {
+      const float* ve = v + e * tb * cs;
+      float* me = m + e * tb * ks;
+      for (size_t p = p0; p < p1; ++p) {
+        const size_t ncur = min_size(nr, k - p * nr);
+        const float* panel = u.panel(e, p);
+        for (size_t i0 = 0; i0 < nt; i0 += mr) {
+          const size_t mcur = min_size(mr, nt - i0);
+          for (size_t i = 0; i < mr; ++i) rows[i] = ve + (i0 + min_size(i, mcur - 1)) * cs;
+          t.igemm_f32w(mcur, ncur, c_, 1, rows, panel, nullptr, me + i0 * ks + p * nr, ks, 0, &no_clamp);
+        }
+      }
+    }
+    // Output transform into the NHWC output, channels [k0, k1).
+    for (size_t i = 0; i < nt; ++i) {
+      const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
+                   tx = tile % tiles_w_;
+      const size_t oy0 = ty * kR, ox0 = tx * kR;
+      const size_t rows_here = min_size(kR, oh_ - oy0), cols_here = min_size(kR, ow_ - ox0);
+      float* y = output + ((b * oh_ + oy0) * ow_ + ox0) * out_stride;
+      const bool nonfinite = t.winograd_output(m + i * ks + k0, tb * ks, k1 - k0, w.bias.data() + k0, y + k0,
+                                               ow_ * out_stride, out_stride, rows_here, cols_here, &clamp);
+      if (nonfinite) fix_nonfinite(b, oy0, ox0, rows_here, cols_here, k0, k1);
+      if (post)
+        for (size_t r = 0; r < rows_here; ++r)
+          for (size_t col = 0; col < cols_here; ++col)
+            t.activation(y + (r * ow_ + col) * out_stride + k0, k1 - k0, &act);
+    }
+  };
+
+  parallel_for(blocks * groups, threads, [&](size_t begin, size_t end) {
+    thread_local AlignedBuffer<float> v_block, m_block;
+    if (v_block.size() < kE * tb * cs) v_block = AlignedBuffer<float>(kE * tb * cs);
+    if (m_block.size() < kE * tb * ks) m_block = AlignedBuffer<float>(kE * tb * ks);
+    for (size_t unit = begin; unit < end; ++unit) run_unit(unit, v_block.data(), m_block.data());
+  });
+}
+
+}  // namespace edgesdk::kernels
