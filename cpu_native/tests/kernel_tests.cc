@@ -842,7 +842,7 @@ void test_winograd(const KernelTable& t) {
   constexpr double kRtol = 2e-4;
   double worst = 0.0;
   auto run_case = [&](const ConvCase& cc, const Activation& act, size_t threads, size_t in_extra, size_t out_extra,
-                      bool specials) {
+                      bool specials, size_t tile_block = 0) {
     const size_t kdim = 9 * cc.c, in_stride = cc.c + in_extra;
     auto w = random_vec(cc.oc * kdim), bias = random_vec(cc.oc);
     auto x = random_vec(cc.n * cc.h * cc.w * cc.c);
@@ -852,6 +852,7 @@ void test_winograd(const KernelTable& t) {
       for (size_t ch = 0; ch < cc.c; ++ch) xs[p * in_stride + ch] = x[p * cc.c + ch];
     auto packed = pack_gemm_weights(w.data(), cc.oc, kdim, WeightLayout::NK, bias.data(), WeightType::F32, &t);
     ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed, ConvAlgorithm::Winograd);
+    if (tile_block != 0) plan.set_winograd_block(tile_block);
     const size_t oh = plan.out_h(), ow = plan.out_w(), out_stride = cc.oc + out_extra;
     std::vector<double> want, floor;
     naive_conv(cc, x.data(), w.data(), bias.data(), false, act, oh, ow, want, floor);
@@ -890,15 +891,19 @@ void test_winograd(const KernelTable& t) {
       const ConvCase cc{2, h, w, channels[index % 5], outputs[index / 5 % 5], g};
       run_case(cc, kActs[index % kActCount], 1 + index % 2, 0, 0, false);
     }
-  // Several tile blocks and panel groups; pixel strides; a one-image batch.
+  // Several tile blocks (the plan's own and forced small ones) and panel groups; transformed
+  // weights past kWeightsInL2Bytes (operators_winograd.cc: 2 threads then share each block phase by
+  // phase); pixel strides; a one-image batch.
   const ConvCase big[] = {
       {2, 23, 21, 70, 67, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+      {1, 11, 9, 100, 90, geom(3, 3, 1, 1, 1, 0, 1, 2)},  // U: 1.3 MB
       {1, 30, 17, 9, 130, geom(3, 3, 1, 1, 2, 0, 1, 2)},
       {3, 9, 10, 129, 33, geom(3, 3, 1, 1, 0, 2, 2, 1)},
   };
-  for (size_t i = 0; i < (g_quick ? 1 : 3); ++i) {
+  for (size_t i = 0; i < (g_quick ? 2 : 4); ++i) {
     run_case(big[i], kActs[(i * 3 + 1) % kActCount], 2, 0, 0, false);
     run_case(big[i], kActs[(i * 3 + 2) % kActCount], 1 + i % 2, 3 + i, 5, false);
+    run_case(big[i], kActs[(i * 3) % kActCount], 2, 1, 0, false, 5);  // blocks of 5 tiles (rounded up to MR)
   }
   // NaN and infinities, through every activation.
   for (size_t a = 0; a < kActCount; ++a) {

@@ -173,14 +173,23 @@ void bench_qu8(const KernelTable* t, bool quick) {
 void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>& thread_counts) {
   std::printf("winograd F(4x4,3x3) vs direct convolution (%s: gemm %s, transforms %s / %s)\n", t->name,
               t->names.igemm_f32w, t->names.winograd_input, t->names.winograd_output);
-  struct Shape { const char* net; size_t h, w, c, k; };
+  struct Shape { const char* net; size_t n, h, w, c, k; };
   const Shape shapes[] = {
-      {"resnet18", 56, 56, 64, 64},   {"resnet18", 28, 28, 128, 128}, {"resnet18", 14, 14, 256, 256},
-      {"resnet18", 7, 7, 512, 512},   {"other", 112, 112, 32, 32},   {"other", 56, 56, 32, 32},
-      {"other", 28, 28, 64, 64},      {"other", 28, 28, 32, 32},     {"other", 14, 14, 64, 64},
-      {"other", 14, 14, 128, 128},    {"other", 14, 14, 512, 512},   {"other", 28, 28, 16, 16},
-      {"other", 56, 56, 16, 16},      {"other", 14, 14, 32, 32},     {"other", 7, 7, 256, 256},
-      {"other", 7, 7, 128, 128},      {"other", 28, 28, 256, 256},   {"other", 56, 56, 128, 128},
+      // ResNet-18 (224 x 224): the 3x3 stride-1 convolutions of each stage.
+      {"resnet18", 1, 56, 56, 64, 64},     {"resnet18", 1, 28, 28, 128, 128},  {"resnet18", 1, 14, 14, 256, 256},
+      {"resnet18", 1, 7, 7, 512, 512},
+      // SqueezeNet 1.1 (224 x 224): the fire modules' 3x3 expansions.
+      {"squeezenet", 1, 55, 55, 16, 64},   {"squeezenet", 1, 27, 27, 32, 128}, {"squeezenet", 1, 13, 13, 48, 192},
+      {"squeezenet", 1, 13, 13, 64, 256},
+      // VGG-16 (224 x 224) and others: the rule's edges (channels, tiles, weight size, batch).
+      {"vgg16", 1, 224, 224, 3, 64},       {"vgg16", 1, 224, 224, 64, 64},     {"vgg16", 1, 112, 112, 128, 128},
+      {"vgg16", 1, 56, 56, 256, 256},      {"vgg16", 1, 28, 28, 512, 512},     {"vgg16", 1, 14, 14, 512, 512},
+      {"other", 1, 112, 112, 32, 32},      {"other", 1, 56, 56, 8, 8},         {"other", 1, 56, 56, 16, 16},
+      {"other", 1, 28, 28, 8, 32},         {"other", 1, 28, 28, 32, 8},        {"other", 1, 28, 28, 16, 16},
+      {"other", 1, 14, 14, 32, 32},        {"other", 1, 14, 14, 64, 64},       {"other", 1, 14, 14, 128, 128},
+      {"other", 1, 10, 10, 256, 256},      {"other", 1, 7, 7, 64, 64},         {"other", 1, 7, 7, 128, 128},
+      {"other", 1, 7, 7, 256, 256},        {"other", 2, 7, 7, 512, 512},       {"other", 4, 7, 7, 512, 512},
+      {"other", 1, 56, 56, 128, 128},      {"other", 1, 28, 28, 256, 256},
   };
   std::mt19937 rng(13);
   for (size_t threads : thread_counts) {
@@ -190,12 +199,12 @@ void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>&
       g.kh = g.kw = 3;
       g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
       const size_t kdim = 9 * s.c;
-      auto wf = random_vec(s.k * kdim, rng), xf = random_vec(s.h * s.w * s.c, rng), bf = random_vec(s.k, rng);
+      auto wf = random_vec(s.k * kdim, rng), xf = random_vec(s.n * s.h * s.w * s.c, rng), bf = random_vec(s.k, rng);
       auto packed = pack_gemm_weights(wf.data(), s.k, kdim, WeightLayout::NK, bf.data(), WeightType::F32, t);
-      ConvPlan direct(1, s.h, s.w, s.c, g, packed, ConvAlgorithm::Direct);
-      ConvPlan wino(1, s.h, s.w, s.c, g, packed, ConvAlgorithm::Winograd);
-      ConvPlan autoplan(1, s.h, s.w, s.c, g, packed);
-      std::vector<float> yd(s.h * s.w * s.k), yw(yd.size());
+      ConvPlan direct(s.n, s.h, s.w, s.c, g, packed, ConvAlgorithm::Direct);
+      ConvPlan wino(s.n, s.h, s.w, s.c, g, packed, ConvAlgorithm::Winograd);
+      ConvPlan autoplan(s.n, s.h, s.w, s.c, g, packed);
+      std::vector<float> yd(s.n * s.h * s.w * s.k), yw(yd.size());
       const double min_time = quick ? 0.05 : 0.3;
       const double td = best_seconds([&] { direct.run(xf.data(), yd.data(), act_none(), threads); }, min_time);
       const double tw = best_seconds([&] { wino.run(xf.data(), yw.data(), act_none(), threads); }, min_time);
@@ -204,10 +213,10 @@ void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>&
         scale = std::max(scale, static_cast<double>(std::fabs(yd[i])));
         diff = std::max(diff, static_cast<double>(std::fabs(yd[i] - yw[i])));
       }
-      const double macs = static_cast<double>(s.h * s.w) * s.k * kdim;
-      std::printf("  %-9s %3zux%-3zu %4zu->%-4zu threads=%zu: direct %6.1f GOPS (%7.3f ms), winograd %6.1f GOPS "
+      const double macs = static_cast<double>(s.n * s.h * s.w) * s.k * kdim;
+      std::printf("  %-10s %zux%3zux%-3zu %4zu->%-4zu threads=%zu: direct %6.1f GOPS (%7.3f ms), winograd %6.1f GOPS "
                   "(%7.3f ms): %.2fx, max diff %.1e of max |y|, auto: %s\n",
-                  s.net, s.h, s.w, s.c, s.k, threads, 2 * macs / td * 1e-9, td * 1e3, 2 * macs / tw * 1e-9, tw * 1e3,
+                  s.net, s.n, s.h, s.w, s.c, s.k, threads, 2 * macs / td * 1e-9, td * 1e3, 2 * macs / tw * 1e-9, tw * 1e3,
                   td / tw, diff / scale, autoplan.algorithm_name());
       if (std::string(s.net) == "resnet18") {
         net_macs += macs;

@@ -129,6 +129,10 @@ class ConvPlan {
   void run(const float* input, float* output, const Activation& act, size_t threads,
            size_t in_stride = 0, size_t out_stride = 0);
   size_t indirection_size() const { return indirection_.size(); }
+  // Winograd plans: the tiles a block takes (winograd_tile_block's choice); set_winograd_block overrides it
+  // (rounded up to the GEMM's MR), so that tests reach several blocks on small images.
+  size_t winograd_block() const { return tile_block_; }
+  void set_winograd_block(size_t tiles);
 
  private:
   void build_indirection(const float* input, size_t in_stride);

@@ -31,9 +31,18 @@ const double kG[kP][3] = {{1.0 / 4, 0.0, 0.0},         {-1.0 / 6, -1.0 / 6, -1.0
 // Row strides of V and M: whole 64-byte lines.
 size_t scratch_stride(size_t channels) { return round_up(channels, 16); }
 
-// Bytes of V and M a thread keeps per tile block: within L2 (with room for the weight panels and
-// the input rows streaming through), measured on ResNet-18's layers (kernel_bench --winograd).
-constexpr size_t kScratchBytes = 768 * 1024;
+// Tile blocks (kernel_bench --winograd). While the transformed weights U (36 C K floats) fit in L2
+// (kWeightsInL2Bytes: this assumes 1 MiB or more of it), every block meets them there: a block's V
+// and M then take at most kScratchBytes, so they stay in L2 beside U (56x56, 64 -> 64: 0.49 ms with
+// 192-768 KiB, 0.64 ms with all 196 tiles in one block). Larger U streams from L3 or memory once per
+// block, which costs more than V and M leaving L2: blocks then hold every tile, up to
+// kMaxScratchBytes (28x28, 128 -> 128: 0.49 ms in one block, 0.79 ms in four; 56x56, 128 -> 128:
+// 1.9 ms in one, 2.2 ms in two, 2.5 ms in five).
+constexpr size_t kWeightsInL2Bytes = 1024 * 1024;
+constexpr size_t kScratchBytes = 256 * 1024;
+constexpr size_t kMaxScratchBytes = 16 * 1024 * 1024;
+
+bool weights_in_l2(size_t c, size_t k) { return kE * c * k * sizeof(float) <= kWeightsInL2Bytes; }
 
 void transform_weights(const PackedGemmWeights& w, WinogradWeights& out) {
   const size_t c = w.k / 9, k = w.n, nr = w.nr, panels = w.panel_count();
@@ -80,16 +89,37 @@ bool winograd_enabled() {
   return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
+// Measured with kernel_bench --winograd (1 thread, direct vs Winograd on 31 layers; README):
+// * C and K >= 8. The GEMMs reduce over C: at C = 3 (VGG's first layer, 224x224, 3 -> 64) Winograd
+//   is 0.68x (avx512) and 0.83x (avx2) of the direct convolution, at C = K = 8 (56x56) 1.5x and 1.35x.
+// * The 4x4 tiles at least 5/8 full on average (N OH OW >= 10 tiles): Winograd's products then
+//   number at most 1/2.5 of the direct ones (7x7: 1/3.06, 13x13: 1/2.64, 5x5 would be 1/1.56).
+// * At least 4 tiles, and at least 8 on the AVX-512 levels once U (36 C K floats) outgrows L2
+//   (kWeightsInL2Bytes): with so few tiles the GEMMs stream U from L3 or memory for 4 to 8 rows
+//   each, against a direct convolution that reads 1/4 of the bytes. ResNet-18's 7x7, 512 -> 512 at
+//   batch 1 (4 tiles, U 37.7 MB): avx512 0.76-0.87x (direct 1.57 ms, its fastest level), avx2 1.62x
+//   (direct 2.4 ms); 7x7, 128 -> 128: avx512 0.95-1.0x, avx2 1.47x; at 8 tiles (two images) avx512
+//   wins 1.54x, and 7x7, 64 -> 64 (U 0.6 MB) 1.3x at 4. The scalar level wins wherever avx2 does.
+// The NEON levels follow the avx2 rule (not measured on hardware: qemu only checks them).
 bool winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k, const KernelTable& t) {
-  (void)t;
+  if (c < 8 || k < 8) return false;
   const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR);
-  return c >= 16 && k >= 16 && tiles >= 16;
+  if (n * oh * ow < 10 * tiles) return false;
+  const bool avx512 = t.isa == Isa::Avx512 || t.isa == Isa::Avx512Vnni || t.isa == Isa::Avx512Amx;
+  return tiles >= (avx512 && !weights_in_l2(c, k) ? 8 : 4);
 }
 
 size_t winograd_tile_block(size_t tiles, size_t c, size_t k, size_t mr) {
   const size_t per_tile = kE * (scratch_stride(c) + scratch_stride(k)) * sizeof(float);
-  const size_t block = max_size(mr, kScratchBytes / per_tile / mr * mr);
-  return min_size(block, round_up(tiles, mr));
+  const size_t budget = weights_in_l2(c, k) ? kScratchBytes : kMaxScratchBytes;
+  const size_t block = max_size(mr, budget / per_tile / mr * mr);
+  if (block >= tiles) return round_up(tiles, mr);
+  return round_up(div_up(tiles, div_up(tiles, block)), mr);  // equal blocks
+}
+
+void ConvPlan::set_winograd_block(size_t tiles) {
+  if (winograd_ == nullptr) throw std::logic_error("set_winograd_block: not a Winograd plan");
+  tile_block_ = round_up(max_size(tiles, 1), weights_->mr());
 }
 
 void ConvPlan::run_winograd(const float* input, float* output, const Activation& act, size_t threads,
@@ -101,10 +131,6 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
   const size_t tiles_per_image = tiles_h_ * tiles_w_, tiles = n_ * tiles_per_image;
   const size_t tb = tile_block_, blocks = div_up(tiles, tb);
   const size_t cs = scratch_stride(c_), ks = scratch_stride(k);
-  size_t groups = 1;
-  if (threads > 1 && blocks < 4 * threads) groups = min_size(panels, div_up(4 * threads, blocks));
-  const size_t panels_per_group = div_up(panels, groups);
-  groups = div_up(panels, panels_per_group);
   const MinMax clamp = clamp_part(act);
   const MinMax no_clamp{-INFINITY, INFINITY};
   const bool post = needs_post_pass(act);
@@ -137,15 +163,10 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
         }
       }
   };
-
-  auto run_unit = [&](size_t unit, float* v, float* m) {
-    const size_t blk = unit / groups, grp = unit % groups;
-    const size_t t0 = blk * tb, nt = min_size(tb, tiles - t0);
-    const size_t p0 = grp * panels_per_group, p1 = min_size(panels, p0 + panels_per_group);
-    const size_t k0 = p0 * nr, k1 = min_size(k, p1 * nr);
-    // Input transform: V[e][tile][C].
+  // Input transform of tiles [t0 + i0, t0 + i1) of the block starting at tile t0: V[e][tile][C].
+  auto transform_input = [&](size_t t0, size_t i0, size_t i1, float* v) {
     const float* pixels[kP * kP];
-    for (size_t i = 0; i < nt; ++i) {
+    for (size_t i = i0; i < i1; ++i) {
       const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
                    tx = tile % tiles_w_;
       for (size_t py = 0; py < kP; ++py) {
@@ -159,23 +180,25 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
       }
       t.winograd_input(pixels, c_, v + i * cs, tb * cs);
     }
-    // The 36 GEMMs, M_e[tile][k] = V_e[tile][:] U_e[:][k], over this unit's panels.
+  };
+  // M_e[tile][k] = V_e[tile][:] U_e[:][k] for the block's nt tiles, panels [p0, p1) of position e.
+  auto multiply = [&](size_t e, size_t p0, size_t p1, size_t nt, const float* v, float* m) {
     const float* rows[64];  // MR pointers (MR <= 64)
-    for (size_t e = 0; e < kE; ++e) {
-      const float* ve = v + e * tb * cs;
-      float* me = m + e * tb * ks;
-      for (size_t p = p0; p < p1; ++p) {
-        const size_t ncur = min_size(nr, k - p * nr);
-        const float* panel = u.panel(e, p);
-        for (size_t i0 = 0; i0 < nt; i0 += mr) {
-          const size_t mcur = min_size(mr, nt - i0);
-          for (size_t i = 0; i < mr; ++i) rows[i] = ve + (i0 + min_size(i, mcur - 1)) * cs;
-          t.igemm_f32w(mcur, ncur, c_, 1, rows, panel, nullptr, me + i0 * ks + p * nr, ks, 0, &no_clamp);
-        }
+    const float* ve = v + e * tb * cs;
+    float* me = m + e * tb * ks;
+    for (size_t p = p0; p < p1; ++p) {
+      const size_t ncur = min_size(nr, k - p * nr);
+      const float* panel = u.panel(e, p);
+      for (size_t i0 = 0; i0 < nt; i0 += mr) {
+        const size_t mcur = min_size(mr, nt - i0);
+        for (size_t i = 0; i < mr; ++i) rows[i] = ve + (i0 + min_size(i, mcur - 1)) * cs;
+        t.igemm_f32w(mcur, ncur, c_, 1, rows, panel, nullptr, me + i0 * ks + p * nr, ks, 0, &no_clamp);
       }
     }
-    // Output transform into the NHWC output, channels [k0, k1).
-    for (size_t i = 0; i < nt; ++i) {
+  };
+  // Output transform of tiles [t0 + i0, t0 + i1) into the NHWC output, channels [k0, k1).
+  auto transform_output = [&](size_t t0, size_t i0, size_t i1, size_t k0, size_t k1, const float* m) {
+    for (size_t i = i0; i < i1; ++i) {
       const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
                    tx = tile % tiles_w_;
       const size_t oy0 = ty * kR, ox0 = tx * kR;
@@ -191,11 +214,47 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
     }
   };
 
+  if (threads > 1 && !weights_in_l2(c_, k)) {
+    // U outgrows L2: the threads share each block, phase by phase (input transform over tiles, the
+    // 36 x panels GEMMs, output transform over tiles), so U streams once per block in all; per-thread
+    // blocks would each stream it (or, split into panel groups, each transform the whole input).
+    // The block's scratch is the calling thread's.
+    thread_local AlignedBuffer<float> v_shared, m_shared;
+    if (v_shared.size() < kE * tb * cs) v_shared = AlignedBuffer<float>(kE * tb * cs);
+    if (m_shared.size() < kE * tb * ks) m_shared = AlignedBuffer<float>(kE * tb * ks);
+    float* v = v_shared.data();
+    float* m = m_shared.data();
+    for (size_t blk = 0; blk < blocks; ++blk) {
+      const size_t t0 = blk * tb, nt = min_size(tb, tiles - t0);
+      parallel_for(nt, threads, [&](size_t i0, size_t i1) { transform_input(t0, i0, i1, v); });
+      parallel_for(kE * panels, threads, [&](size_t u0, size_t u1) {
+        for (size_t unit = u0; unit < u1; ++unit) multiply(unit / panels, unit % panels, unit % panels + 1, nt, v, m);
+      });
+      parallel_for(nt, threads, [&](size_t i0, size_t i1) { transform_output(t0, i0, i1, 0, k, m); });
+    }
+    return;
+  }
+  // Otherwise each thread takes whole units: a tile block, and a group of panels when there are too
+  // few blocks to feed the threads (each group then transforms the block's input again: a few
+  // percent of its GEMM work).
+  size_t groups = 1;
+  if (threads > 1 && blocks < 4 * threads) groups = min_size(panels, div_up(4 * threads, blocks));
+  const size_t panels_per_group = div_up(panels, groups);
+  groups = div_up(panels, panels_per_group);
   parallel_for(blocks * groups, threads, [&](size_t begin, size_t end) {
     thread_local AlignedBuffer<float> v_block, m_block;
     if (v_block.size() < kE * tb * cs) v_block = AlignedBuffer<float>(kE * tb * cs);
     if (m_block.size() < kE * tb * ks) m_block = AlignedBuffer<float>(kE * tb * ks);
-    for (size_t unit = begin; unit < end; ++unit) run_unit(unit, v_block.data(), m_block.data());
+    float* v = v_block.data();
+    float* m = m_block.data();
+    for (size_t unit = begin; unit < end; ++unit) {
+      const size_t blk = unit / groups, grp = unit % groups;
+      const size_t t0 = blk * tb, nt = min_size(tb, tiles - t0);
+      const size_t p0 = grp * panels_per_group, p1 = min_size(panels, p0 + panels_per_group);
+      transform_input(t0, 0, nt, v);
+      for (size_t e = 0; e < kE; ++e) multiply(e, p0, p1, nt, v, m);
+      transform_output(t0, 0, nt, p0 * nr, min_size(k, p1 * nr), m);
+    }
   });
 }
 
