@@ -166,10 +166,11 @@ void bench_qu8(const KernelTable* t, bool quick) {
               t->names.qu8_depthwise_narrow != nullptr ? t->names.qu8_depthwise_narrow : t->names.qu8_depthwise);
 }
 
-// Winograd F(4x4, 3x3) against the direct (indirect GEMM) convolution on 3x3 stride-1 layers, pad 1,
-// batch 1: GOPS counted as the direct convolution's MACs (2 x OH x OW x C x K x 9 per second) for
-// both, so the figures compare times; the max difference between the two relative to the output's
-// largest magnitude; and whether ConvPlan's Auto rule picks Winograd there.
+// Winograd F(4x4, 3x3) against the direct (indirect GEMM) convolution on 3x3 stride-1 layers, pad 1:
+// GOPS counted as the direct convolution's MACs (2 x N x OH x OW x C x K x 9 per second) for both,
+// so the figures compare times; the max difference between the two relative to the output's
+// largest magnitude (and on ResNet-18's and SqueezeNet's layers each one's error against a float64
+// convolution); and whether ConvPlan's Auto rule picks Winograd there.
 void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>& thread_counts) {
   std::printf("winograd F(4x4,3x3) vs direct convolution (%s: gemm %s, transforms %s / %s)\n", t->name,
               t->names.igemm_f32w, t->names.winograd_input, t->names.winograd_output);
@@ -199,7 +200,12 @@ void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>&
       g.kh = g.kw = 3;
       g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
       const size_t kdim = 9 * s.c;
-      auto wf = random_vec(s.k * kdim, rng), xf = random_vec(s.n * s.h * s.w * s.c, rng), bf = random_vec(s.k, rng);
+      // ResNet-like data: post-ReLU inputs, He-scaled weights, small biases.
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> wf(s.k * kdim), xf(s.n * s.h * s.w * s.c), bf(s.k);
+      for (auto& v : wf) v = normal(rng) * std::sqrt(2.0f / static_cast<float>(kdim));
+      for (auto& v : xf) v = std::max(0.0f, normal(rng));
+      for (auto& v : bf) v = 0.1f * normal(rng);
       auto packed = pack_gemm_weights(wf.data(), s.k, kdim, WeightLayout::NK, bf.data(), WeightType::F32, t);
       ConvPlan direct(s.n, s.h, s.w, s.c, g, packed, ConvAlgorithm::Direct);
       ConvPlan wino(s.n, s.h, s.w, s.c, g, packed, ConvAlgorithm::Winograd);
@@ -213,11 +219,45 @@ void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>&
         scale = std::max(scale, static_cast<double>(std::fabs(yd[i])));
         diff = std::max(diff, static_cast<double>(std::fabs(yd[i] - yw[i])));
       }
+      std::string accuracy;
+      if (std::string(s.net) == "resnet18" || std::string(s.net) == "squeezenet") {
+        // Both against a float64 direct convolution: the largest error over max |y| (the scale of
+        // the tests/ops tolerance) and over the RMS of y (seed 001's table).
+        const size_t oh = direct.out_h(), ow = direct.out_w();
+        std::vector<double> ref(yd.size());
+        for (size_t b = 0; b < s.n; ++b)
+          for (size_t oy = 0; oy < oh; ++oy)
+            for (size_t ox = 0; ox < ow; ++ox)
+              for (size_t o = 0; o < s.k; ++o) {
+                double acc = bf[o];
+                for (size_t ky = 0; ky < 3; ++ky)
+                  for (size_t kx = 0; kx < 3; ++kx) {
+                    const long iy = static_cast<long>(oy + ky) - 1, ix = static_cast<long>(ox + kx) - 1;
+                    if (iy < 0 || ix < 0 || iy >= static_cast<long>(s.h) || ix >= static_cast<long>(s.w)) continue;
+                    const float* xp = xf.data() + ((b * s.h + iy) * s.w + ix) * s.c;
+                    const float* wp = wf.data() + o * kdim + (ky * 3 + kx) * s.c;
+                    for (size_t ch = 0; ch < s.c; ++ch) acc += static_cast<double>(xp[ch]) * wp[ch];
+                  }
+                ref[((b * oh + oy) * ow + ox) * s.k + o] = acc;
+              }
+        double ref_max = 0, ref_sq = 0, err_d = 0, err_w = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          ref_max = std::max(ref_max, std::fabs(ref[i]));
+          ref_sq += ref[i] * ref[i];
+          err_d = std::max(err_d, std::fabs(yd[i] - ref[i]));
+          err_w = std::max(err_w, std::fabs(yw[i] - ref[i]));
+        }
+        const double rms = std::sqrt(ref_sq / static_cast<double>(ref.size()));
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "; vs fp64: direct %.1e max|y| %.1e rms, winograd %.1e max|y| %.1e rms",
+                      err_d / ref_max, err_d / rms, err_w / ref_max, err_w / rms);
+        accuracy = buf;
+      }
       const double macs = static_cast<double>(s.n * s.h * s.w) * s.k * kdim;
       std::printf("  %-10s %zux%3zux%-3zu %4zu->%-4zu threads=%zu: direct %6.1f GOPS (%7.3f ms), winograd %6.1f GOPS "
-                  "(%7.3f ms): %.2fx, max diff %.1e of max |y|, auto: %s\n",
+                  "(%7.3f ms): %.2fx, max diff %.1e of max |y|, auto: %s%s\n",
                   s.net, s.n, s.h, s.w, s.c, s.k, threads, 2 * macs / td * 1e-9, td * 1e3, 2 * macs / tw * 1e-9, tw * 1e3,
-                  td / tw, diff / scale, autoplan.algorithm_name());
+                  td / tw, diff / scale, autoplan.algorithm_name(), accuracy.c_str());
       if (std::string(s.net) == "resnet18") {
         net_macs += macs;
         net_direct += td;
