@@ -10,8 +10,9 @@
 // Each figure is the best of repeated runs over at least ~0.3 s (weights stay packed; inputs
 // warm), the protocol of seed 001 §4 minus cache eviction.
 //   Winograd (--winograd, alone): F(4x4, 3x3) against the direct convolution on 3x3 stride-1 layers
-//   (ResNet-18's and others), 1 and 2 threads (--threads N: N only), and what ConvPlan's rule picks.
-// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N]]
+//   (ResNet-18's and others), 1 and 2 threads (--threads N: N only), and what ConvPlan's rule picks;
+//   --cold evicts the caches before each run (the weights then come from memory, as in a network).
+// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N] [--cold]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,6 +45,34 @@ double best_seconds(F&& f, double min_total = 0.3, int min_reps = 5) {
     ++reps;
   }
   return best;
+}
+
+// Best of repeated runs of f, each after evict() (not timed): at least min_reps runs and min_total
+// seconds of f.
+template <class F, class E>
+double best_seconds_after(F&& f, E&& evict, double min_total = 0.3, int min_reps = 5) {
+  f();  // warm-up
+  double best = 1e30, total = 0;
+  int reps = 0;
+  while (total < min_total || reps < min_reps) {
+    evict();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = s < best ? s : best;
+    total += s;
+    ++reps;
+  }
+  return best;
+}
+
+// Writes one byte per 64-byte line of a 256 MiB buffer: pushes a layer's weights out of the caches,
+// as the other layers of a network do between two runs of it.
+void evict_caches() {
+  static std::vector<char> buffer(256u << 20);
+  static char round = 0;
+  ++round;
+  for (size_t i = 0; i < buffer.size(); i += 64) buffer[i] = round;
 }
 
 std::vector<float> random_vec(size_t n, std::mt19937& rng) {
@@ -171,9 +200,11 @@ void bench_qu8(const KernelTable* t, bool quick) {
 // so the figures compare times; the max difference between the two relative to the output's
 // largest magnitude (and on ResNet-18's and SqueezeNet's layers each one's error against a float64
 // convolution); and whether ConvPlan's Auto rule picks Winograd there.
-void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>& thread_counts) {
-  std::printf("winograd F(4x4,3x3) vs direct convolution (%s: gemm %s, transforms %s / %s)\n", t->name,
-              t->names.igemm_f32w, t->names.winograd_input, t->names.winograd_output);
+void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>& thread_counts, bool cold) {
+  std::printf("winograd F(4x4,3x3) vs direct convolution (%s: gemm %s, transforms %s / %s), %s\n", t->name,
+              t->names.igemm_f32w, t->names.winograd_input, t->names.winograd_output,
+              cold ? "cold caches (256 MiB written before each run)" : "warm caches");
+  const auto no_eviction = [] {};
   struct Shape { const char* net; size_t n, h, w, c, k; };
   const Shape shapes[] = {
       // ResNet-18 (224 x 224): the 3x3 stride-1 convolutions of each stage.
@@ -212,8 +243,13 @@ void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>&
       ConvPlan autoplan(s.n, s.h, s.w, s.c, g, packed);
       std::vector<float> yd(s.n * s.h * s.w * s.k), yw(yd.size());
       const double min_time = quick ? 0.05 : 0.3;
-      const double td = best_seconds([&] { direct.run(xf.data(), yd.data(), act_none(), threads); }, min_time);
-      const double tw = best_seconds([&] { wino.run(xf.data(), yw.data(), act_none(), threads); }, min_time);
+      const auto run_direct = [&] { direct.run(xf.data(), yd.data(), act_none(), threads); };
+      const auto run_wino = [&] { wino.run(xf.data(), yw.data(), act_none(), threads); };
+      // (cold: the best of 10 runs, whatever their time; each eviction takes ~50 ms)
+      const double td = cold ? best_seconds_after(run_direct, evict_caches, 0.0, 10)
+                             : best_seconds_after(run_direct, no_eviction, min_time);
+      const double tw = cold ? best_seconds_after(run_wino, evict_caches, 0.0, 10)
+                             : best_seconds_after(run_wino, no_eviction, min_time);
       double scale = 0, diff = 0;
       for (size_t i = 0; i < yd.size(); ++i) {
         scale = std::max(scale, static_cast<double>(std::fabs(yd[i])));
@@ -273,7 +309,7 @@ void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>&
 
 int main(int argc, char** argv) {
   const KernelTable* t = &active_kernels();
-  bool quick = false, qu8 = false, qu8_only = false, winograd = false;
+  bool quick = false, qu8 = false, qu8_only = false, winograd = false, cold = false;
   size_t threads_arg = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--isa" && i + 1 < argc) t = &kernels_for(parse_isa(argv[++i]));
@@ -281,11 +317,12 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--qu8") qu8 = true;
     if (std::string(argv[i]) == "--qu8-only") qu8 = qu8_only = true;
     if (std::string(argv[i]) == "--winograd") winograd = true;
+    if (std::string(argv[i]) == "--cold") cold = true;
     if (std::string(argv[i]) == "--threads" && i + 1 < argc) threads_arg = std::strtoul(argv[++i], nullptr, 10);
   }
   if (winograd) {
-    if (threads_arg != 0) bench_winograd(t, quick, {threads_arg});
-    else bench_winograd(t, quick, {1, 2});
+    if (threads_arg != 0) bench_winograd(t, quick, {threads_arg}, cold);
+    else bench_winograd(t, quick, {1, 2}, cold);
     return 0;
   }
   if (qu8_only) {

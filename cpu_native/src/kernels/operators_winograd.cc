@@ -89,24 +89,30 @@ bool winograd_enabled() {
   return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
-// Measured with kernel_bench --winograd (1 thread, direct vs Winograd on 31 layers; README):
-// * C and K >= 8. The GEMMs reduce over C: at C = 3 (VGG's first layer, 224x224, 3 -> 64) Winograd
-//   is 0.68x (avx512) and 0.83x (avx2) of the direct convolution, at C = K = 8 (56x56) 1.5x and 1.35x.
+// Measured at 1 thread with kernel_bench --winograd (31 layers, direct vs Winograd, warm caches and
+// --cold) and per layer inside ResNet-18 and SqueezeNet (sess.profile, EDGESDK_CPU_WINOGRAD=0 / 1):
+// * C and K >= 8: the GEMMs reduce over C, and at C = 3 (VGG's first layer, 224x224, 3 -> 64)
+//   Winograd is 0.68x (avx512) and 0.83x (avx2) of the direct convolution; at C = K = 8 (56x56)
+//   1.5x and 1.35x.
 // * The 4x4 tiles at least 5/8 full on average (N OH OW >= 10 tiles): Winograd's products then
-//   number at most 1/2.5 of the direct ones (7x7: 1/3.06, 13x13: 1/2.64, 5x5 would be 1/1.56).
-// * At least 4 tiles, and at least 8 on the AVX-512 levels once U (36 C K floats) outgrows L2
-//   (kWeightsInL2Bytes): with so few tiles the GEMMs stream U from L3 or memory for 4 to 8 rows
-//   each, against a direct convolution that reads 1/4 of the bytes. ResNet-18's 7x7, 512 -> 512 at
-//   batch 1 (4 tiles, U 37.7 MB): avx512 0.76-0.87x (direct 1.57 ms, its fastest level), avx2 1.62x
-//   (direct 2.4 ms); 7x7, 128 -> 128: avx512 0.95-1.0x, avx2 1.47x; at 8 tiles (two images) avx512
-//   wins 1.54x, and 7x7, 64 -> 64 (U 0.6 MB) 1.3x at 4. The scalar level wins wherever avx2 does.
-// The NEON levels follow the avx2 rule (not measured on hardware: qemu only checks them).
+//   number at most 1/2.5 of the direct ones (7x7: 1/3.06, 13x13: 1/2.64; 5x5 would be 1/1.56).
+// * At least 4 tiles while U (36 C K floats, 4x the direct weights) fits L2 (kWeightsInL2Bytes):
+//   7x7, 64 -> 64 wins 1.3x at 4 tiles. A larger U comes from L3 or memory at each run inside a
+//   network, and its extra bytes are paid back only by enough output pixels: N OH OW >= 144. In
+//   ResNet-18, 14x14, 256 -> 256 (196 pixels, U 9.4 MB) gains 1.1x (avx512) and 1.4x (avx2) and
+//   7x7, 512 -> 512 (49 pixels, U 37.7 MB) loses: avx2 4.8 ms against 2.6-3.9 ms direct (warm
+//   caches alone had it 1.6x faster); in SqueezeNet 13x13, 48 -> 192 and 64 -> 256 (169 pixels)
+//   gain 1.07-1.16x (avx512) and 1.14-1.29x (avx2). With every cache cold the break-even is near
+//   100-170 pixels on both levels (10x10, 256 -> 256: 0.79x / 0.96x; two 7x7 images,
+//   512 -> 512: 1.02x / 1.04x).
+// The scalar level wins wherever avx2 does; the NEON levels follow the same rule (checked under
+// qemu, not measured on hardware).
 bool winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k, const KernelTable& t) {
+  (void)t;
   if (c < 8 || k < 8) return false;
-  const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR);
-  if (n * oh * ow < 10 * tiles) return false;
-  const bool avx512 = t.isa == Isa::Avx512 || t.isa == Isa::Avx512Vnni || t.isa == Isa::Avx512Amx;
-  return tiles >= (avx512 && !weights_in_l2(c, k) ? 8 : 4);
+  const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR), pixels = n * oh * ow;
+  if (pixels < 10 * tiles) return false;
+  return weights_in_l2(c, k) ? tiles >= 4 : pixels >= 144;
 }
 
 size_t winograd_tile_block(size_t tiles, size_t c, size_t k, size_t mr) {
