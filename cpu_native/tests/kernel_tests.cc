@@ -879,7 +879,7 @@ void test_winograd(const KernelTable& t) {
   for (size_t h = 1; h <= 13; ++h)
     for (size_t w = 1; w <= 13; ++w) {
       ++index;
-      if (g_quick && index % 7 != 0) continue;  // 24 of the 169 shapes
+      if (g_quick && index % 11 != 0) continue;  // 15 of the 169 shapes, each side still padded 0, 1 and 2
       ConvGeometry g = geom(3, 3, 1, 1, 0, 0, 0, 0);
       const size_t pads = index * 31 % 81;  // every (top, left, bottom, right) in 0..2 over the cases
       g.pad_top = pads % 3;
@@ -900,7 +900,8 @@ void test_winograd(const KernelTable& t) {
       {1, 30, 17, 9, 130, geom(3, 3, 1, 1, 2, 0, 1, 2)},
       {3, 9, 10, 129, 33, geom(3, 3, 1, 1, 0, 2, 2, 1)},
   };
-  for (size_t i = 0; i < (g_quick ? 2 : 4); ++i) {
+  for (size_t i = 0; i < 4; ++i) {
+    if (g_quick && i % 2 == 0) continue;  // the 1.3 MB U case and one more
     run_case(big[i], kActs[(i * 3 + 1) % kActCount], 2, 0, 0, false);
     run_case(big[i], kActs[(i * 3 + 2) % kActCount], 1 + i % 2, 3 + i, 5, false);
     run_case(big[i], kActs[(i * 3) % kActCount], 2, 1, 0, false, 5);  // blocks of 5 tiles (rounded up to MR)
