@@ -2,15 +2,14 @@
 // transform, the rule that picks it, and ConvPlan's driver for it.
 //
 // The driver cuts the N x ceil(OH/4) x ceil(OW/4) output tiles into blocks of `tile_block` tiles.
-// A work unit is one block and a group of K panels: it transforms the block's input patches (the
-// level's winograd_input) into V [36][tiles][C], runs the 36 GEMMs M_e = V_e U_e over its panels
-// with the level's igemm_f32w (the transformed weights are packed as its panels), and transforms
-// M [36][tiles][K] back into the block's NHWC output pixels of its channels (winograd_output, with
-// the bias and the clamp part of the activation; the other activations as a pass over the tile).
-// V and M are per-thread scratch sized to stay in L2 with the panels they meet; no full-size
-// transformed tensor exists. Threads take units dynamically; a block is split into panel groups
-// only when there are too few blocks to feed them (each group then transforms the block's input
-// again: a few percent of a group's GEMM work).
+// For a block it transforms the input patches (the level's winograd_input) into V [36][tiles][C],
+// runs the 36 GEMMs M_e = V_e U_e with the level's igemm_f32w (the transformed weights U are packed
+// as its panels), and transforms M [36][tiles][K] back into the block's NHWC output pixels
+// (winograd_output, with the bias and the clamp part of the activation; the other activations as a
+// pass over the tile). V and M are scratch of one block, no full-size transformed tensor exists.
+// Threads: while U fits L2, each thread takes whole units (a block, or a block and a group of K
+// panels when there are too few blocks to feed the threads) with its own V and M; beyond, the
+// threads share each block phase by phase so that U streams once per block (run_winograd).
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
