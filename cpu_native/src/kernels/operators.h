@@ -79,12 +79,13 @@ const WinogradWeights& winograd_weights(const PackedGemmWeights& w);
 
 // ---------------------------------------------------------------------------------------------
 // Convolution NHWC (groups = 1) with weights packed as N = out channels, K = KH*KW*C in OHWI
-// order. 1x1 stride-1 unpadded convolutions run as one GEMM; everything else as indirect GEMM
-// over an indirection buffer [pixel tile][kernel position][MR] of input-row pointers, with
-// padding pointing at one shared zero vector. The buffer is built on first run and rebuilt only
-// when the input pointer or its pixel stride changes (shapes are fixed per plan). With fp16-
-// arithmetic weights each run first converts the input into a plan-owned fp16 copy (C per pixel),
-// which the indirection buffer, built once, points into.
+// order. 1x1 stride-1 unpadded convolutions run as one GEMM; 3x3 stride-1 ones as Winograd
+// F(4x4, 3x3) where ConvAlgorithm and the rule below pick it (operators_winograd.cc); everything
+// else as indirect GEMM over an indirection buffer [pixel tile][kernel position][MR] of input-row
+// pointers, with padding pointing at one shared zero vector. The buffer is built on first run and
+// rebuilt only when the input pointer or its pixel stride changes (shapes are fixed per plan). With
+// fp16-arithmetic weights each run first converts the input into a plan-owned fp16 copy (C per
+// pixel), which the indirection buffer, built once, points into.
 struct ConvGeometry {
   size_t kh = 1, kw = 1;
   size_t stride_h = 1, stride_w = 1;
@@ -106,11 +107,12 @@ enum class ConvAlgorithm : uint8_t { Auto, Direct, Winograd };
 bool winograd_applies(const ConvGeometry& g, const PackedGemmWeights& w);
 // False when the environment variable EDGESDK_CPU_WINOGRAD is "0" (read at each plan's creation),
 // which turns Winograd off for Auto plans: for comparisons with the direct kernels, and as an
-// escape hatch should its rounding (about 10x the direct convolution's, still well inside the
-// fp32 tolerance of tests/ops) ever matter.
+// escape hatch should its rounding (5-8x the direct convolution's on ResNet-18's layers, still
+// 10x inside the fp32 tolerance of tests/ops) ever matter.
 bool winograd_enabled();
 // The rule Auto follows for a convolution winograd_applies to (operators_winograd.cc: measured with
-// cpu_native/tools/kernel_bench --winograd on ResNet-18's and VGG's 3x3 layers).
+// cpu_native/tools/kernel_bench --winograd [--cold] and inside ResNet-18 and SqueezeNet). One rule
+// for every level today; t is there for a level that comes to need its own.
 bool winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k, const KernelTable& t);
 // Tiles a thread transforms and multiplies at a time, of `tiles` in all (a multiple of the GEMM's MR).
 size_t winograd_tile_block(size_t tiles, size_t c, size_t k, size_t mr);
@@ -129,8 +131,8 @@ class ConvPlan {
   void run(const float* input, float* output, const Activation& act, size_t threads,
            size_t in_stride = 0, size_t out_stride = 0);
   size_t indirection_size() const { return indirection_.size(); }
-  // Winograd plans: the tiles a block takes (winograd_tile_block's choice); set_winograd_block overrides it
-  // (rounded up to the GEMM's MR), so that tests reach several blocks on small images.
+  // Winograd plans: the tiles a block takes (winograd_tile_block's choice); set_winograd_block
+  // overrides it (rounded up to the GEMM's MR), so that tests reach several blocks on small images.
   size_t winograd_block() const { return tile_block_; }
   void set_winograd_block(size_t tiles);
 
