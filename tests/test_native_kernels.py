@@ -32,26 +32,28 @@ DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
-            "nonfinite", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_igemm_ukernel", "qu8_depthwise", "qu8_eltwise",
+            "nonfinite", "f32_winograd", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_igemm_ukernel", "qu8_depthwise", "qu8_eltwise",
             "qu8_pool", "qu8_lut_concat", "qu8_convert"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
-PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "gemm_scalar.cc",
-            "reference_scalar.cc", "qu8_scalar.cc"]
+PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "operators_winograd.cc",
+            "gemm_scalar.cc", "reference_scalar.cc", "qu8_scalar.cc", "winograd_scalar.cc"]
 # Per-file ISA flags, as in CMakeLists.txt: SIMD code only ever runs after runtime dispatch.
 _SKX = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"]
 X86_SIMD = {
     "gemm_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "vector_kernels_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "qu8_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
+    "winograd_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "gemm_avx512.cc": ["-mavx512f", "-mfma", "-mf16c"],  # AVX-512 F alone: f32_igemm_8x32__avx512f
+    "winograd_avx512.cc": ["-mavx512f", "-mfma", "-mf16c"],  # AVX-512 F alone, as the GEMM it feeds
     "vector_kernels_avx512.cc": _SKX,
     "qu8_avx512skx.cc": _SKX,
     "qu8_avx512vnni.cc": [*_SKX, "-mavx512vnni"],  # the avx512vnni level's vpdpbusd GEMM
     "qu8_avx512amx.cc": [*_SKX, "-mavx512vnni", "-mamx-tile", "-mamx-int8"],  # the avx512amx level's tdpbusd GEMM
     "qu8_avxvnni.cc": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],  # the avxvnni level's 256-bit vpdpbusd
 }
-ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [], "qu8_neon.cc": [],
+ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [], "qu8_neon.cc": [], "winograd_neon.cc": [],
             # the ARMv8.2-A fp16-arithmetic kernels (neonfp16 level), these files only
             "gemm_neonfp16.cc": ["-march=armv8.2-a+fp16"], "depthwise_neonfp16.cc": ["-march=armv8.2-a+fp16"],
             # the ARMv8.2-A dot-product qu8 GEMM (neondot level)
@@ -85,7 +87,7 @@ EXTENDS = {"avxvnni": ("avx2", {"qu8_igemm", "qu8_igemm_narrow", "qu8_depthwise"
            "neondot": ("neonfp16", {"qu8_igemm"})}
 FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
               "softmax", "clustered_gemv", "clustered_decode", "nnm_gather", "row_norm", "log_softmax", "softmax_axis",
-              "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear"}
+              "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear", "winograd_input", "winograd_output"}
 F16_SLOTS = {"igemm_f16", "depthwise_f16", "convert_f32_f16"}
 QU8_SLOTS = {"qu8_igemm", "qu8_depthwise", "qu8_maxpool", "qu8_avgpool", "qu8_global_avgpool", "qu8_add", "qu8_mul",
              "qu8_requantize", "qu8_lut"}

@@ -124,19 +124,44 @@ void register_kernels(py::module_& m) {
   py::class_<PyConvPlan>(km, "ConvPlan")
       .def(py::init([](std::shared_ptr<k::PackedGemmWeights> w, std::vector<size_t> input_shape,
                        std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
-                       std::pair<size_t, size_t> dilation, std::vector<size_t> pads) {
+                       std::pair<size_t, size_t> dilation, std::vector<size_t> pads, const std::string& algorithm) {
              if (input_shape.size() != 4) throw py::value_error("input_shape must be (N, H, W, C)");
              const k::ConvGeometry g = make_geometry(kernel, stride, dilation, pads);
-             return new PyConvPlan{w, k::ConvPlan(input_shape[0], input_shape[1], input_shape[2], input_shape[3], g, *w),
+             k::ConvAlgorithm algo;
+             if (algorithm == "auto") algo = k::ConvAlgorithm::Auto;
+             else if (algorithm == "direct") algo = k::ConvAlgorithm::Direct;
+             else if (algorithm == "winograd") algo = k::ConvAlgorithm::Winograd;
+             else throw py::value_error("algorithm must be 'auto', 'direct' or 'winograd'");
+             return new PyConvPlan{w,
+                                   k::ConvPlan(input_shape[0], input_shape[1], input_shape[2], input_shape[3], g, *w, algo),
                                    input_shape[0], input_shape[1], input_shape[2], input_shape[3]};
            }),
            py::arg("w"), py::arg("input_shape"), py::arg("kernel"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
            py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
-           "Plan for an NHWC convolution with weights packed from OHWI as (O, KH*KW*C).")
+           py::arg("algorithm") = "auto",
+           "Plan for an NHWC convolution with weights packed from OHWI as (O, KH*KW*C). algorithm: 'auto' "
+           "(Winograd F(4x4, 3x3) for the 3x3 stride-1 convolutions it wins on, unless EDGESDK_CPU_WINOGRAD=0; "
+           "the (indirect) GEMM otherwise), 'direct' (never Winograd) or 'winograd' (forced: raises "
+           "ValueError where it does not apply).")
       .def_property_readonly("output_shape", [](const PyConvPlan& p) {
         return std::vector<size_t>{p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n};
       })
       .def_property_readonly("is_gemm", [](const PyConvPlan& p) { return p.plan.is_gemm(); })
+      .def_property_readonly("is_winograd", [](const PyConvPlan& p) { return p.plan.is_winograd(); })
+      .def_property_readonly("algorithm", [](const PyConvPlan& p) { return std::string(p.plan.algorithm_name()); },
+                             "'gemm' (1x1 stride 1, unpadded), 'indirect' (indirect GEMM) or 'winograd43' "
+                             "(Winograd F(4x4, 3x3)).")
+      .def_property_readonly("kernel_names", [](const PyConvPlan& p) {
+        const k::KernelTable& t = *p.weights->table;
+        std::vector<std::string> out{p.weights->type == k::WeightType::F16
+                                         ? (p.weights->f16_arith ? t.names.igemm_f16 : t.names.igemm_f16w)
+                                         : t.names.igemm_f32w};
+        if (p.plan.is_winograd()) {
+          out.insert(out.begin(), t.names.winograd_input);
+          out.emplace_back(t.names.winograd_output);
+        }
+        return out;
+      }, "The microkernels a run calls, in order (the transforms around the GEMM for Winograd).")
       .def("run", [](PyConvPlan& p, const py::array& x, py::array& out, const std::string& act,
                      std::optional<float> alpha, std::optional<float> beta, size_t threads) {
         expect_shape(x, {p.n, p.h, p.w, p.c}, "x");

@@ -822,6 +822,99 @@ void test_nonfinite(const KernelTable& t) {
   report(fam);
 }
 
+// ---- Winograd F(4x4, 3x3) ---------------------------------------------------------------------
+// ConvPlan forced to Winograd (ConvAlgorithm::Winograd: the level's winograd_input / _output
+// transforms around its igemm_f32w) against the naive float64 convolution: every H and W in 1..13
+// (edge tiles of 1 to 4 rows and columns, images smaller than one tile), every padding 0..2 per side
+// (cycled through the cases), batch 2, C and K below, between and past the vector widths (1 to 33
+// input and 1 to 40 output channels), every activation (clamps fused, the others as a pass), 1 and 2
+// threads; then tile blocks and panel groups (several of each: larger images, 2 threads), pixel
+// strides wider than the channels, and NaN / inf inputs (the nonfinite outputs recomputed directly
+// must equal the reference's, the others stay within the tolerance).
+// Tolerance: |got - want| <= 2e-4 * max(|want|, floor), floor the conv family's (sum of |x w| over
+// the window and |bias|, over sqrt(9 C), + 1e-3): about 2x the largest ratio measured over seeds 0-12
+// on the scalar and avx512 levels (3.8e-5 to 8.9e-5). The conv family holds the direct kernels to
+// 1e-5: Winograd's sums round terms of the whole 6x6 patch, scaled up to 8 x 5 (A^T, B^T), that
+// cancel only in exact arithmetic. The INFO line prints the run's largest error / max(|want|, floor).
+void test_winograd(const KernelTable& t) {
+  reseed();
+  Family fam{"f32_winograd", t.name};
+  constexpr double kRtol = 2e-4;
+  double worst = 0.0;
+  auto run_case = [&](const ConvCase& cc, const Activation& act, size_t threads, size_t in_extra, size_t out_extra,
+                      bool specials, size_t tile_block = 0) {
+    const size_t kdim = 9 * cc.c, in_stride = cc.c + in_extra;
+    auto w = random_vec(cc.oc * kdim), bias = random_vec(cc.oc);
+    auto x = random_vec(cc.n * cc.h * cc.w * cc.c);
+    if (specials) sprinkle(x, 3, 29);
+    std::vector<float> xs(cc.n * cc.h * cc.w * in_stride, 5.0f);  // the input at its pixel stride
+    for (size_t p = 0; p < cc.n * cc.h * cc.w; ++p)
+      for (size_t ch = 0; ch < cc.c; ++ch) xs[p * in_stride + ch] = x[p * cc.c + ch];
+    auto packed = pack_gemm_weights(w.data(), cc.oc, kdim, WeightLayout::NK, bias.data(), WeightType::F32, &t);
+    ConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, packed, ConvAlgorithm::Winograd);
+    if (tile_block != 0) plan.set_winograd_block(tile_block);
+    const size_t oh = plan.out_h(), ow = plan.out_w(), out_stride = cc.oc + out_extra;
+    std::vector<double> want, floor;
+    naive_conv(cc, x.data(), w.data(), bias.data(), false, act, oh, ow, want, floor);
+    std::vector<float> y(cc.n * oh * ow * out_stride, 7.0f);
+    plan.run(xs.data(), y.data(), act, threads, in_stride, out_stride);
+    std::vector<float> got(want.size());
+    bool pad_ok = true;  // channels past K at a wider stride untouched
+    for (size_t p = 0; p < cc.n * oh * ow; ++p) {
+      for (size_t o = 0; o < cc.oc; ++o) got[p * cc.oc + o] = y[p * out_stride + o];
+      for (size_t o = cc.oc; o < out_stride; ++o) pad_ok &= y[p * out_stride + o] == 7.0f;
+    }
+    const std::string what = std::string("winograd ") + plan.algorithm_name() + " " +
+                             dims({cc.n, cc.h, cc.w, cc.c, cc.oc}) + " pads " +
+                             dims({cc.g.pad_top, cc.g.pad_left, cc.g.pad_bottom, cc.g.pad_right}) + " " +
+                             act_name(act.kind) + (specials ? " nonfinite" : "");
+    if (!pad_ok && fam.failure.empty()) fam.failure = what + ": wrote past K";
+    for (size_t i = 0; i < want.size(); ++i)
+      if (std::isfinite(want[i]) && std::isfinite(got[i]))
+        worst = std::max(worst, std::fabs(got[i] - want[i]) / std::max(std::fabs(want[i]), floor[i]));
+    fam.check(what, got.data(), want.data(), got.size(), kRtol, floor.data());
+  };
+  size_t index = 0;
+  const size_t channels[] = {1, 3, 8, 17, 33}, outputs[] = {1, 5, 16, 17, 40};
+  for (size_t h = 1; h <= 13; ++h)
+    for (size_t w = 1; w <= 13; ++w) {
+      ++index;
+      if (g_quick && index % 11 != 0) continue;  // 15 of the 169 shapes, each side still padded 0, 1 and 2
+      ConvGeometry g = geom(3, 3, 1, 1, 0, 0, 0, 0);
+      const size_t pads = index * 31 % 81;  // every (top, left, bottom, right) in 0..2 over the cases
+      g.pad_top = pads % 3;
+      g.pad_left = pads / 3 % 3;
+      g.pad_bottom = pads / 9 % 3;
+      g.pad_right = pads / 27;
+      if (h + g.pad_top + g.pad_bottom < 3) g.pad_bottom = 3 - h - g.pad_top;  // no output at all otherwise
+      if (w + g.pad_left + g.pad_right < 3) g.pad_right = 3 - w - g.pad_left;
+      const ConvCase cc{2, h, w, channels[index % 5], outputs[index / 5 % 5], g};
+      run_case(cc, kActs[index % kActCount], 1 + index % 2, 0, 0, false);
+    }
+  // Several tile blocks (the plan's own and forced small ones) and panel groups; transformed
+  // weights past kWeightsInL2Bytes (operators_winograd.cc: 2 threads then share each block phase by
+  // phase); pixel strides; a one-image batch.
+  const ConvCase big[] = {
+      {2, 23, 21, 70, 67, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+      {1, 11, 9, 100, 90, geom(3, 3, 1, 1, 1, 0, 1, 2)},  // U: 1.3 MB
+      {1, 30, 17, 9, 130, geom(3, 3, 1, 1, 2, 0, 1, 2)},
+      {3, 9, 10, 129, 33, geom(3, 3, 1, 1, 0, 2, 2, 1)},
+  };
+  for (size_t i = 0; i < 4; ++i) {
+    if (g_quick && i % 2 == 0) continue;  // the 1.3 MB U case and one more
+    run_case(big[i], kActs[(i * 3 + 1) % kActCount], 2, 0, 0, false);
+    run_case(big[i], kActs[(i * 3 + 2) % kActCount], 1 + i % 2, 3 + i, 5, false);
+    run_case(big[i], kActs[(i * 3) % kActCount], 2, 1, 0, false, 5);  // blocks of 5 tiles (rounded up to MR)
+  }
+  // NaN and infinities, through every activation.
+  for (size_t a = 0; a < kActCount; ++a) {
+    const ConvCase cc{2, 9, 7, 5 + a, 17, geom(3, 3, 1, 1, a % 3, 1, (a + 1) % 3, 2)};
+    run_case(cc, kActs[a], 1 + a % 2, 0, 0, true);
+  }
+  std::printf("INFO f32_winograd %s largest error %.2e of max(|want|, floor) (tolerance %.0e)\n", t.name, worst, kRtol);
+  report(fam);
+}
+
 // ---- fp16 arithmetic (tables with igemm_f16: neonfp16) ----------------------------------------
 // Two checks per output. (1) Against a scalar model of the kernels' own rounding sequence
 // (ukernels.h, F16IgemmUkernel): fp16 fused multiply-adds into an fp16 accumulator, widened and
@@ -2245,6 +2338,7 @@ int main(int argc, char** argv) {
     test_clustered(t);
     test_nnm(t);
     test_nonfinite(t);
+    test_winograd(t);
     test_qu8_requant(t);
     test_qu8_gemm(t);
     test_qu8_conv(t);

@@ -9,8 +9,14 @@
 //   3x3 depthwise convolutions, qu8 against fp32.
 // Each figure is the best of repeated runs over at least ~0.3 s (weights stay packed; inputs
 // warm), the protocol of seed 001 §4 minus cache eviction.
-// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only]
+//   Winograd (--winograd, alone): F(4x4, 3x3) against the direct convolution on 3x3 stride-1 layers
+//   (ResNet-18's and others), 1 and 2 threads (--threads N: N only), and what ConvPlan's rule picks;
+//   --cold evicts the caches before each run (the weights then come from memory, as in a network).
+// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N] [--cold]]
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -39,6 +45,34 @@ double best_seconds(F&& f, double min_total = 0.3, int min_reps = 5) {
     ++reps;
   }
   return best;
+}
+
+// Best of repeated runs of f, each after evict() (not timed): at least min_reps runs and min_total
+// seconds of f.
+template <class F, class E>
+double best_seconds_after(F&& f, E&& evict, double min_total = 0.3, int min_reps = 5) {
+  f();  // warm-up
+  double best = 1e30, total = 0;
+  int reps = 0;
+  while (total < min_total || reps < min_reps) {
+    evict();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = s < best ? s : best;
+    total += s;
+    ++reps;
+  }
+  return best;
+}
+
+// Writes one byte per 64-byte line of a 256 MiB buffer: pushes a layer's weights out of the caches,
+// as the other layers of a network do between two runs of it.
+void evict_caches() {
+  static std::vector<char> buffer(256u << 20);
+  static char round = 0;
+  ++round;
+  for (size_t i = 0; i < buffer.size(); i += 64) buffer[i] = round;
 }
 
 std::vector<float> random_vec(size_t n, std::mt19937& rng) {
@@ -161,16 +195,135 @@ void bench_qu8(const KernelTable* t, bool quick) {
               t->names.qu8_depthwise_narrow != nullptr ? t->names.qu8_depthwise_narrow : t->names.qu8_depthwise);
 }
 
+// Winograd F(4x4, 3x3) against the direct (indirect GEMM) convolution on 3x3 stride-1 layers, pad 1:
+// GOPS counted as the direct convolution's MACs (2 x N x OH x OW x C x K x 9 per second) for both,
+// so the figures compare times; the max difference between the two relative to the output's
+// largest magnitude (and on ResNet-18's and SqueezeNet's layers each one's error against a float64
+// convolution); and whether ConvPlan's Auto rule picks Winograd there.
+void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>& thread_counts, bool cold) {
+  std::printf("winograd F(4x4,3x3) vs direct convolution (%s: gemm %s, transforms %s / %s), %s\n", t->name,
+              t->names.igemm_f32w, t->names.winograd_input, t->names.winograd_output,
+              cold ? "cold caches (256 MiB written before each run)" : "warm caches");
+  const auto no_eviction = [] {};
+  struct Shape { const char* net; size_t n, h, w, c, k; };
+  const Shape shapes[] = {
+      // ResNet-18 (224 x 224): the 3x3 stride-1 convolutions of each stage.
+      {"resnet18", 1, 56, 56, 64, 64},     {"resnet18", 1, 28, 28, 128, 128},  {"resnet18", 1, 14, 14, 256, 256},
+      {"resnet18", 1, 7, 7, 512, 512},
+      // SqueezeNet 1.1 (224 x 224): the fire modules' 3x3 expansions.
+      {"squeezenet", 1, 55, 55, 16, 64},   {"squeezenet", 1, 27, 27, 32, 128}, {"squeezenet", 1, 13, 13, 48, 192},
+      {"squeezenet", 1, 13, 13, 64, 256},
+      // VGG-16 (224 x 224) and others: the rule's edges (channels, tiles, weight size, batch).
+      {"vgg16", 1, 224, 224, 3, 64},       {"vgg16", 1, 224, 224, 64, 64},     {"vgg16", 1, 112, 112, 128, 128},
+      {"vgg16", 1, 56, 56, 256, 256},      {"vgg16", 1, 28, 28, 512, 512},     {"vgg16", 1, 14, 14, 512, 512},
+      {"other", 1, 112, 112, 32, 32},      {"other", 1, 56, 56, 8, 8},         {"other", 1, 56, 56, 16, 16},
+      {"other", 1, 28, 28, 8, 32},         {"other", 1, 28, 28, 32, 8},        {"other", 1, 28, 28, 16, 16},
+      {"other", 1, 14, 14, 32, 32},        {"other", 1, 14, 14, 64, 64},       {"other", 1, 14, 14, 128, 128},
+      {"other", 1, 10, 10, 256, 256},      {"other", 1, 7, 7, 64, 64},         {"other", 1, 7, 7, 128, 128},
+      {"other", 1, 7, 7, 256, 256},        {"other", 2, 7, 7, 512, 512},       {"other", 4, 7, 7, 512, 512},
+      {"other", 1, 56, 56, 128, 128},      {"other", 1, 28, 28, 256, 256},
+  };
+  std::mt19937 rng(13);
+  for (size_t threads : thread_counts) {
+    double net_macs = 0, net_direct = 0, net_best = 0;
+    for (const Shape& s : shapes) {
+      ConvGeometry g;
+      g.kh = g.kw = 3;
+      g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
+      const size_t kdim = 9 * s.c;
+      // ResNet-like data: post-ReLU inputs, He-scaled weights, small biases.
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> wf(s.k * kdim), xf(s.n * s.h * s.w * s.c), bf(s.k);
+      for (auto& v : wf) v = normal(rng) * std::sqrt(2.0f / static_cast<float>(kdim));
+      for (auto& v : xf) v = std::max(0.0f, normal(rng));
+      for (auto& v : bf) v = 0.1f * normal(rng);
+      auto packed = pack_gemm_weights(wf.data(), s.k, kdim, WeightLayout::NK, bf.data(), WeightType::F32, t);
+      ConvPlan direct(s.n, s.h, s.w, s.c, g, packed, ConvAlgorithm::Direct);
+      ConvPlan wino(s.n, s.h, s.w, s.c, g, packed, ConvAlgorithm::Winograd);
+      ConvPlan autoplan(s.n, s.h, s.w, s.c, g, packed);
+      std::vector<float> yd(s.n * s.h * s.w * s.k), yw(yd.size());
+      const double min_time = quick ? 0.05 : 0.3;
+      const auto run_direct = [&] { direct.run(xf.data(), yd.data(), act_none(), threads); };
+      const auto run_wino = [&] { wino.run(xf.data(), yw.data(), act_none(), threads); };
+      // (cold: the best of 10 runs, whatever their time; each eviction takes ~50 ms)
+      const double td = cold ? best_seconds_after(run_direct, evict_caches, 0.0, 10)
+                             : best_seconds_after(run_direct, no_eviction, min_time);
+      const double tw = cold ? best_seconds_after(run_wino, evict_caches, 0.0, 10)
+                             : best_seconds_after(run_wino, no_eviction, min_time);
+      double scale = 0, diff = 0;
+      for (size_t i = 0; i < yd.size(); ++i) {
+        scale = std::max(scale, static_cast<double>(std::fabs(yd[i])));
+        diff = std::max(diff, static_cast<double>(std::fabs(yd[i] - yw[i])));
+      }
+      std::string accuracy;
+      if (std::string(s.net) == "resnet18" || std::string(s.net) == "squeezenet") {
+        // Both against a float64 direct convolution: the largest error over max |y| (the scale of
+        // the tests/ops tolerance) and over the RMS of y (seed 001's table).
+        const size_t oh = direct.out_h(), ow = direct.out_w();
+        std::vector<double> ref(yd.size());
+        for (size_t b = 0; b < s.n; ++b)
+          for (size_t oy = 0; oy < oh; ++oy)
+            for (size_t ox = 0; ox < ow; ++ox)
+              for (size_t o = 0; o < s.k; ++o) {
+                double acc = bf[o];
+                for (size_t ky = 0; ky < 3; ++ky)
+                  for (size_t kx = 0; kx < 3; ++kx) {
+                    const long iy = static_cast<long>(oy + ky) - 1, ix = static_cast<long>(ox + kx) - 1;
+                    if (iy < 0 || ix < 0 || iy >= static_cast<long>(s.h) || ix >= static_cast<long>(s.w)) continue;
+                    const float* xp = xf.data() + ((b * s.h + iy) * s.w + ix) * s.c;
+                    const float* wp = wf.data() + o * kdim + (ky * 3 + kx) * s.c;
+                    for (size_t ch = 0; ch < s.c; ++ch) acc += static_cast<double>(xp[ch]) * wp[ch];
+                  }
+                ref[((b * oh + oy) * ow + ox) * s.k + o] = acc;
+              }
+        double ref_max = 0, ref_sq = 0, err_d = 0, err_w = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          ref_max = std::max(ref_max, std::fabs(ref[i]));
+          ref_sq += ref[i] * ref[i];
+          err_d = std::max(err_d, std::fabs(yd[i] - ref[i]));
+          err_w = std::max(err_w, std::fabs(yw[i] - ref[i]));
+        }
+        const double rms = std::sqrt(ref_sq / static_cast<double>(ref.size()));
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "; vs fp64: direct %.1e max|y| %.1e rms, winograd %.1e max|y| %.1e rms",
+                      err_d / ref_max, err_d / rms, err_w / ref_max, err_w / rms);
+        accuracy = buf;
+      }
+      const double macs = static_cast<double>(s.n * s.h * s.w) * s.k * kdim;
+      std::printf("  %-10s %zux%3zux%-3zu %4zu->%-4zu threads=%zu: direct %6.1f GOPS (%7.3f ms), winograd %6.1f GOPS "
+                  "(%7.3f ms): %.2fx, max diff %.1e of max |y|, auto: %s%s\n",
+                  s.net, s.n, s.h, s.w, s.c, s.k, threads, 2 * macs / td * 1e-9, td * 1e3, 2 * macs / tw * 1e-9, tw * 1e3,
+                  td / tw, diff / scale, autoplan.algorithm_name(), accuracy.c_str());
+      if (std::string(s.net) == "resnet18") {
+        net_macs += macs;
+        net_direct += td;
+        net_best += autoplan.is_winograd() ? tw : td;
+      }
+    }
+    std::printf("  resnet18 3x3 stride-1 layers threads=%zu: direct %.3f ms, auto %.3f ms (%.2fx)\n", threads,
+                net_direct * 1e3, net_best * 1e3, net_direct / net_best);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const KernelTable* t = &active_kernels();
-  bool quick = false, qu8 = false, qu8_only = false;
+  bool quick = false, qu8 = false, qu8_only = false, winograd = false, cold = false;
+  size_t threads_arg = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--isa" && i + 1 < argc) t = &kernels_for(parse_isa(argv[++i]));
     if (std::string(argv[i]) == "--quick") quick = true;
     if (std::string(argv[i]) == "--qu8") qu8 = true;
     if (std::string(argv[i]) == "--qu8-only") qu8 = qu8_only = true;
+    if (std::string(argv[i]) == "--winograd") winograd = true;
+    if (std::string(argv[i]) == "--cold") cold = true;
+    if (std::string(argv[i]) == "--threads" && i + 1 < argc) threads_arg = std::strtoul(argv[++i], nullptr, 10);
+  }
+  if (winograd) {
+    if (threads_arg != 0) bench_winograd(t, quick, {threads_arg}, cold);
+    else bench_winograd(t, quick, {1, 2}, cold);
+    return 0;
   }
   if (qu8_only) {
     bench_qu8(t, quick);

@@ -63,6 +63,8 @@ constexpr KernelTable scalar_table() {
   EDGESDK_SET(t, col2im, f32_col2im__scalar);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__scalar);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__scalar);
+  EDGESDK_SET(t, winograd_input, f32_winograd43_input__scalar);
+  EDGESDK_SET(t, winograd_output, f32_winograd43_output__scalar);
   set_qu8_gemm(t, kScalarQu8MR, kScalarQu8NR, 1, Qu8Layout::KMajor, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x4__scalar);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise__scalar);
@@ -102,6 +104,8 @@ constexpr KernelTable avx2_table() {
   EDGESDK_SET(t, col2im, f32_col2im__avx2);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__avx2);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx2);
+  EDGESDK_SET(t, winograd_input, f32_winograd43_input_8c__avx2);
+  EDGESDK_SET(t, winograd_output, f32_winograd43_output_8c__avx2);
   set_qu8_gemm(t, kAvx2Qu8MR, kAvx2Qu8NR, 4, Qu8Layout::C4Split16, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16c4__avx2);
   EDGESDK_SET(t, qu8_igemm_narrow, qu8_igemm_narrow_4x16c4__avx2);
@@ -164,6 +168,8 @@ constexpr KernelTable avx512_table() {
   EDGESDK_SET(t, col2im, f32_col2im__avx512skx);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__avx512skx);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx512skx);
+  EDGESDK_SET(t, winograd_input, f32_winograd43_input_16c__avx512f);
+  EDGESDK_SET(t, winograd_output, f32_winograd43_output_16c__avx512f);
   set_qu8_gemm(t, kAvx512Qu8MR, kAvx512Qu8NR, 4, Qu8Layout::C4Split16, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512skx);
   EDGESDK_SET(t, qu8_igemm_narrow, qu8_igemm_narrow_8x16c4__avx512skx);
@@ -224,6 +230,8 @@ constexpr KernelTable neon_table() {
   EDGESDK_SET(t, col2im, f32_col2im__neon);
   EDGESDK_SET(t, resize_nearest, f32_resize_nearest__neon);
   EDGESDK_SET(t, resize_linear, f32_resize_linear__neon);
+  EDGESDK_SET(t, winograd_input, f32_winograd43_input_4c__neon);
+  EDGESDK_SET(t, winograd_output, f32_winograd43_output_4c__neon);
   set_qu8_gemm(t, kNeonQu8MR, kNeonQu8NR, 1, Qu8Layout::KMajor, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16__neon);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__neon);

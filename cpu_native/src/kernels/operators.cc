@@ -204,7 +204,8 @@ size_t conv_output_size(size_t in, size_t kernel, size_t stride, size_t dilation
   return (in + pad0 + pad1 - span) / stride + 1;
 }
 
-ConvPlan::ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedGemmWeights& weights)
+ConvPlan::ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedGemmWeights& weights,
+                   ConvAlgorithm algorithm)
     : n_(n), h_(h), w_(w), c_(c), g_(g), weights_(&weights) {
   oh_ = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
   ow_ = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
@@ -215,6 +216,22 @@ ConvPlan::ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g
     zero_ = AlignedBuffer<float>(c);
     std::memset(zero_.data(), 0, c * sizeof(float));
   }
+  const bool applies = winograd_applies(g, weights);
+  require(algorithm != ConvAlgorithm::Winograd || applies,
+          "ConvPlan: Winograd needs a 3x3 kernel, stride 1, dilation 1 and fp32 weights");
+  const bool winograd = algorithm == ConvAlgorithm::Winograd ||
+                        (algorithm == ConvAlgorithm::Auto && applies && winograd_enabled() &&
+                         winograd_chosen(n, oh_, ow_, c, weights.n, *weights.table));
+  if (winograd) {
+    winograd_ = &winograd_weights(weights);
+    tiles_h_ = div_up(oh_, kWinogradTile);
+    tiles_w_ = div_up(ow_, kWinogradTile);
+    tile_block_ = winograd_tile_block(n * tiles_h_ * tiles_w_, c, weights.n, weights.mr());
+  }
+}
+
+const char* ConvPlan::algorithm_name() const {
+  return winograd_ != nullptr ? "winograd43" : direct_gemm_ ? "gemm" : "indirect";
 }
 
 
@@ -243,6 +260,10 @@ void ConvPlan::run(const float* input, float* output, const Activation& act, siz
   if (in_stride == 0) in_stride = c_;
   if (out_stride == 0) out_stride = w.n;
   require(in_stride >= c_ && out_stride >= w.n, "ConvPlan::run: pixel stride smaller than the channels");
+  if (winograd_ != nullptr) {
+    run_winograd(input, output, act, threads, in_stride, out_stride);
+    return;
+  }
   if (direct_gemm_) {
     gemm(input, n_ * h_ * w_, in_stride, w, output, out_stride, act, threads);
     return;

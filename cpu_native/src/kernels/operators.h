@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kernels/common.h"
@@ -20,6 +22,21 @@ namespace edgesdk::kernels {
 enum class WeightLayout { NK, KN };
 enum class WeightType { F32, F16 };
 
+// The Winograd F(4x4, 3x3) form of a 3x3 convolution's weights (ukernels.h): U = G g G^T of every
+// (output, input) channel pair, computed in double and rounded once, packed per transform position
+// e as the igemm_f32w panels of a C x K GEMM: [36][panel][C][NR], NR the level's, columns past K zero.
+struct WinogradWeights {
+  size_t c = 0, k = 0, nr = 0;
+  AlignedBuffer<float> u;
+  size_t panel_count() const { return div_up(k, nr); }
+  const float* panel(size_t e, size_t p) const { return u.data() + (e * panel_count() + p) * c * nr; }
+};
+// Made once per packed weights by the first plan that needs it (winograd_weights()), then shared.
+struct WinogradCache {
+  std::once_flag once;
+  WinogradWeights weights;
+};
+
 struct PackedGemmWeights {
   const KernelTable* table = nullptr;
   size_t n = 0, k = 0, nr = 0;
@@ -30,6 +47,9 @@ struct PackedGemmWeights {
   bool f16_arith = false;
   AlignedBuffer<uint8_t> panels;
   AlignedBuffer<float> bias;  // round_up(n, nr) entries, zero-padded (zeros without a bias)
+  // The Winograd form of 3x3 convolution weights, filled on first use (winograd_weights()): every
+  // ConvPlan on these weights (one per arena) shares it.
+  std::shared_ptr<WinogradCache> winograd = std::make_shared<WinogradCache>();
 
   size_t elem_size() const { return type == WeightType::F16 ? 2 : 4; }
   size_t panel_count() const { return div_up(n, nr); }
@@ -53,14 +73,19 @@ PackedGemmWeights pack_gemm_weights_f16(const uint16_t* w, size_t n, size_t k, W
 void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, float* c, size_t ldc,
           const Activation& act, size_t threads);
 
+// The Winograd weights of w, packed as the weights of a 3x3 convolution over c = K / 9 input
+// channels (fp32 panels only): transformed on the first call (thread-safe), then returned as is.
+const WinogradWeights& winograd_weights(const PackedGemmWeights& w);
+
 // ---------------------------------------------------------------------------------------------
 // Convolution NHWC (groups = 1) with weights packed as N = out channels, K = KH*KW*C in OHWI
-// order. 1x1 stride-1 unpadded convolutions run as one GEMM; everything else as indirect GEMM
-// over an indirection buffer [pixel tile][kernel position][MR] of input-row pointers, with
-// padding pointing at one shared zero vector. The buffer is built on first run and rebuilt only
-// when the input pointer or its pixel stride changes (shapes are fixed per plan). With fp16-
-// arithmetic weights each run first converts the input into a plan-owned fp16 copy (C per pixel),
-// which the indirection buffer, built once, points into.
+// order. 1x1 stride-1 unpadded convolutions run as one GEMM; 3x3 stride-1 ones as Winograd
+// F(4x4, 3x3) where ConvAlgorithm and the rule below pick it (operators_winograd.cc); everything
+// else as indirect GEMM over an indirection buffer [pixel tile][kernel position][MR] of input-row
+// pointers, with padding pointing at one shared zero vector. The buffer is built on first run and
+// rebuilt only when the input pointer or its pixel stride changes (shapes are fixed per plan). With
+// fp16-arithmetic weights each run first converts the input into a plan-owned fp16 copy (C per
+// pixel), which the indirection buffer, built once, points into.
 struct ConvGeometry {
   size_t kh = 1, kw = 1;
   size_t stride_h = 1, stride_w = 1;
@@ -71,25 +96,60 @@ struct ConvGeometry {
 // Output extent; throws std::invalid_argument if the window does not fit.
 size_t conv_output_size(size_t in, size_t kernel, size_t stride, size_t dilation, size_t pad0, size_t pad1);
 
+// How a ConvPlan computes: Auto picks Winograd F(4x4, 3x3) for the 3x3 stride-1 convolutions it
+// wins on (winograd_chosen) and the (indirect) GEMM for the rest; Direct never takes Winograd
+// (grouped and NNM convolutions, whose paths stay as they were); Winograd forces it where it
+// applies at all (winograd_applies: tests and benchmarks), and throws elsewhere.
+enum class ConvAlgorithm : uint8_t { Auto, Direct, Winograd };
+
+// Winograd F(4x4, 3x3) can run the convolution: a 3x3 kernel, stride 1, dilation 1 (any padding)
+// over fp32 weights in fp32 arithmetic (fp16 weights and fp16 sessions keep the direct kernels).
+bool winograd_applies(const ConvGeometry& g, const PackedGemmWeights& w);
+// False when the environment variable EDGESDK_CPU_WINOGRAD is "0" (read at each plan's creation),
+// which turns Winograd off for Auto plans: for comparisons with the direct kernels, and as an
+// escape hatch should its rounding (5-8x the direct convolution's on ResNet-18's layers, still
+// 10x inside the fp32 tolerance of tests/ops) ever matter.
+bool winograd_enabled();
+// The rule Auto follows for a convolution winograd_applies to (operators_winograd.cc: measured with
+// cpu_native/tools/kernel_bench --winograd [--cold] and inside ResNet-18 and SqueezeNet). One rule
+// for every level today; t is there for a level that comes to need its own.
+bool winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k, const KernelTable& t);
+// Tiles a thread transforms and multiplies at a time, of `tiles` in all (a multiple of the GEMM's MR).
+size_t winograd_tile_block(size_t tiles, size_t c, size_t k, size_t mr);
+
 class ConvPlan {
  public:
-  ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedGemmWeights& weights);
+  ConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const PackedGemmWeights& weights,
+           ConvAlgorithm algorithm = ConvAlgorithm::Auto);
   size_t out_h() const { return oh_; }
   size_t out_w() const { return ow_; }
   bool is_gemm() const { return direct_gemm_; }
+  bool is_winograd() const { return winograd_ != nullptr; }
+  // "gemm" (1x1 stride 1, unpadded), "indirect" (indirect GEMM) or "winograd43" (F(4x4, 3x3)).
+  const char* algorithm_name() const;
   // in_stride / out_stride: floats between consecutive pixels (0 = C / output channels).
   void run(const float* input, float* output, const Activation& act, size_t threads,
            size_t in_stride = 0, size_t out_stride = 0);
   size_t indirection_size() const { return indirection_.size(); }
+  // Winograd plans: the tiles a block takes (winograd_tile_block's choice); set_winograd_block
+  // overrides it (rounded up to the GEMM's MR), so that tests reach several blocks on small images.
+  size_t winograd_block() const { return tile_block_; }
+  void set_winograd_block(size_t tiles);
 
  private:
   void build_indirection(const float* input, size_t in_stride);
   void convert_input_f16(const float* input, size_t in_stride, size_t threads);
+  void run_winograd(const float* input, float* output, const Activation& act, size_t threads, size_t in_stride,
+                    size_t out_stride) const;
 
   size_t n_, h_, w_, c_, oh_, ow_;
   ConvGeometry g_;
   const PackedGemmWeights* weights_;
   bool direct_gemm_;
+  // Winograd (operators_winograd.cc): the transformed weights, the tile grid and the tiles a
+  // thread transforms and multiplies at a time (sized for its scratch to stay in L2).
+  const WinogradWeights* winograd_ = nullptr;
+  size_t tiles_h_ = 0, tiles_w_ = 0, tile_block_ = 0;
   std::vector<const float*> indirection_;
   AlignedBuffer<float> zero_;
   std::vector<const uint16_t*> indirection_f16_;  // fp16-arithmetic weights: into input_f16_

@@ -206,6 +206,42 @@ struct ResizeArgs {
 using ResizeUkernel = void (*)(const ResizeArgs* args, size_t row_begin, size_t row_end, float* scratch);
 
 // ---------------------------------------------------------------------------------------------
+// Winograd F(4x4, 3x3) (Lavin & Gray 2016; seed 001 ch. III): a 3x3 stride-1 convolution as
+// Y = A^T [ (G g G^T) . (B^T d B) ] A per 4x4 output tile, d the 6x6 input patch around it, g a 3x3
+// filter: 36 products per tile and channel pair where the direct convolution has 144. With the
+// interpolation points 0, +-1, +-2 and infinity:
+//   B^T = [4  0 -5  0  1  0]   G = [ 1/4     0     0]   A^T = [1  1  1  1  1  0]
+//         [0 -4 -4  1  1  0]       [-1/6  -1/6  -1/6]         [0  1 -1  2 -2  0]
+//         [0  4 -4 -1  1  0]       [-1/6   1/6  -1/6]         [0  1  1  4  4  0]
+//         [0 -2 -1  2  1  0]       [1/24  1/12   1/6]         [0  1 -1  8 -8  1]
+//         [0  2 -1 -2  1  0]       [1/24 -1/12   1/6]
+//         [0  4  0 -5  0  1]       [   0     0     1]
+// Transform positions e = 6*row + column of the 6x6 products. The drivers (operators.h, ConvPlan)
+// transform the weights once (U = G g G^T, packed per position as igemm_f32w panels), transform a
+// block of tiles with the input kernel into V [36][tiles][C], run the 36 GEMMs M_e = V_e U_e with
+// the level's igemm_f32w, and take M [36][tiles][K] back to NHWC with the output kernel.
+constexpr size_t kWinogradTile = 4;     // output pixels per tile side
+constexpr size_t kWinogradPatch = 6;    // input pixels per tile side (tile + 3 - 1)
+constexpr size_t kWinogradPositions = 36;
+
+// Input transform of one tile, channels vectorised (NHWC): v[e * v_stride + ch] = (B^T d B)[e] for
+// ch < channels, d[i][j] = pixels[6*i + j][ch]. pixels are the patch's 36 pixel pointers, row-major,
+// each to `channels` floats (a zero vector where the patch leaves the input: padding, edge tiles).
+using WinogradInputUkernel = void (*)(const float* const* pixels, size_t channels, float* v, size_t v_stride);
+
+// Output transform of one tile: for ch < channels, the 4x4 values (A^T m A)[i][j] + bias[ch], m[e] =
+// m[e * m_stride + ch], clamped to [min, max] (NaN stays NaN), stored at
+// y[i * y_row_stride + j * y_pixel_stride + ch] for i < rows, j < cols (edge tiles store less).
+// Returns whether a stored value is NaN or infinite: the drivers then recompute those outputs
+// directly. Winograd sums combine every input of the 6x6 patch and cancel the ones outside an
+// output's 3x3 window only in exact arithmetic, so an infinite input gives inf - inf = NaN where the
+// direct convolution's result is finite or infinite (tests/test_nan_inf.py); finite inputs do so
+// only where a transform overflows.
+using WinogradOutputUkernel = bool (*)(const float* m, size_t m_stride, size_t channels, const float* bias,
+                                       float* y, size_t y_row_stride, size_t y_pixel_stride, size_t rows,
+                                       size_t cols, const MinMax* clamp);
+
+// ---------------------------------------------------------------------------------------------
 // Clustered weights (k-means weight sharing): b-bit indices into a codebook.
 // Kernel layout ("lane words"): a row of K indices is cut into blocks of L*F indices, where L is
 // the ISA's lane count and F = floor(32 / b) the fields per 32-bit word. A block is L words;
@@ -463,6 +499,9 @@ UkernelFunction<ReduceUkernel> f32_reduce__scalar;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__scalar;
 UkernelFunction<Col2ImUkernel> f32_col2im__scalar;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__scalar, f32_resize_linear__scalar;
+// Winograd F(4x4, 3x3) transforms (winograd_scalar.cc: the matrices applied as written).
+UkernelFunction<WinogradInputUkernel> f32_winograd43_input__scalar;
+UkernelFunction<WinogradOutputUkernel> f32_winograd43_output__scalar;
 // qu8 (qu8_scalar.cc).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x4__scalar;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise__scalar;
@@ -491,6 +530,9 @@ UkernelFunction<ReduceUkernel> f32_reduce__avx2;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__avx2;
 UkernelFunction<Col2ImUkernel> f32_col2im__avx2;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__avx2, f32_resize_linear__avx2;
+// Winograd F(4x4, 3x3) transforms (winograd_avx2.cc: 8 channels a step).
+UkernelFunction<WinogradInputUkernel> f32_winograd43_input_8c__avx2;
+UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_8c__avx2;
 // qu8 (qu8_avx2.cc: 8 int32 lanes).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16c4__avx2;
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_4x16c4__avx2;  // vpmaddubsw (the qu8_igemm_narrow slot)
@@ -524,6 +566,9 @@ UkernelFunction<ReduceUkernel> f32_reduce__avx512skx;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__avx512skx;
 UkernelFunction<Col2ImUkernel> f32_col2im__avx512skx;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__avx512skx, f32_resize_linear__avx512skx;
+// Winograd F(4x4, 3x3) transforms (winograd_avx512.cc: AVX-512 F alone, as the GEMM; 16 channels a step).
+UkernelFunction<WinogradInputUkernel> f32_winograd43_input_16c__avx512f;
+UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_16c__avx512f;
 // qu8 (qu8_avx512skx.cc: F + BW + DQ + VL, 16 int32 lanes; the GEMM widens to 16 bits).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512skx;
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_8x16c4__avx512skx;  // vpmaddubsw (the qu8_igemm_narrow slot)
@@ -564,6 +609,9 @@ UkernelFunction<ReduceUkernel> f32_reduce__neon;
 UkernelFunction<ArgReduceUkernel> f32_argreduce__neon;
 UkernelFunction<Col2ImUkernel> f32_col2im__neon;
 UkernelFunction<ResizeUkernel> f32_resize_nearest__neon, f32_resize_linear__neon;
+// Winograd F(4x4, 3x3) transforms (winograd_neon.cc: 4 channels a step).
+UkernelFunction<WinogradInputUkernel> f32_winograd43_input_4c__neon;
+UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_4c__neon;
 // qu8 (qu8_neon.cc: ARMv8.0, 16-bit widening multiply-accumulate).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16__neon;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__neon;

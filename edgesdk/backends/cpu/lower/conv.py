@@ -13,6 +13,10 @@ from ..program import NHWC, Builder, Runner, Slot, Views
 from .base import POST_PASS_ACTIVATIONS, NO_ACT, fused_act, native_kernels, then_activate, fallback, lowering
 
 
+# ConvPlan.algorithm -> the step note (profiles and placements show it).
+_CONV_KIND = {"gemm": "1x1 GEMM", "indirect": "indirect conv", "winograd43": "winograd F(4x4,3x3) conv"}
+
+
 def _conv_geometry(node: Node) -> dict:
     a = node.attrs
     return {"stride": tuple(a["strides"]), "dilation": tuple(a["dilations"]), "pads": list(a["pads"])}
@@ -43,17 +47,20 @@ def conv(node: Node, b: Builder) -> None:
     x = b.read(x_name, NHWC)
     y = b.write(node.outputs[0], NHWC)
     geometry = _conv_geometry(node)
-    # A ConvPlan caches per-call state (indirection buffer, fp16 input copy): one per arena.
+    # A ConvPlan caches per-call state (indirection buffer, fp16 input copy): one per arena. It
+    # picks Winograd F(4x4, 3x3) for the 3x3 stride-1 layers it wins on (EDGESDK_CPU_WINOGRAD=0:
+    # never; cpu_native/src/kernels/operators.h); the first plan transforms the weights, once.
     new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(wt.shape[2:]), **geometry)
     act, threads = fused_act(node), b.threads_for(node)
-    kind = "1x1 GEMM" if new_plan().is_gemm else "indirect conv"
+    plan = new_plan()
+    kind = f"{_CONV_KIND[plan.algorithm]}, {how}, {' + '.join(plan.kernel_names)}"
     if act[0] in POST_PASS_ACTIVATIONS and out_channels < packed.nr:
         # Narrow outputs (LeNet's first conv): the kernel's per-tile activation pass would run
         # on rows of a few channels; one pass over the whole output is cheaper.
         b.emit(node, "native", lambda v: then_activate(partial(new_plan().run, v[x], v[y], *NO_ACT, threads), v[y],
-                                                         act, threads), f"{kind}, {how}, activation as a separate pass")
+                                                         act, threads), f"{kind}, activation as a separate pass")
         return
-    b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads), f"{kind}, {how}")
+    b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads), kind)
 
 
 def _conv_depthwise(node: Node, b: Builder, bias: np.ndarray | None) -> None:
@@ -87,7 +94,9 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     for i in range(group):
         part_bias = None if bias is None else np.ascontiguousarray(bias[i * og:(i + 1) * og])
         packed = W.pack_dense(k, W.conv_columns(matrix[i * og:(i + 1) * og]), part_bias, b.precision)
-        new_plans.append(partial(k.ConvPlan, packed, [n, h, w_, cg], tuple(wt.shape[2:]), **geometry))
+        # (the grouped path stays on the direct kernels: algorithm="direct")
+        new_plans.append(partial(k.ConvPlan, packed, [n, h, w_, cg], tuple(wt.shape[2:]), **geometry,
+                                 algorithm="direct"))
     act, threads = fused_act(node), b.threads_for(node)
 
     def bind(v: Views) -> Runner:
@@ -177,7 +186,8 @@ def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None
     assign = W.nnm_assignment(enc)
     if enc.mode == "shared":
         packed = W.pack_dense(k, W.conv_columns(enc.centroids), None, b.precision)
-        new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(enc.shape[2:]), **geometry)
+        new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(enc.shape[2:]), **geometry,
+                           algorithm="direct")  # the compressed paths stay as they are
         cent = b.scratch((n, oh, ow, enc.centroids.shape[0]))
         centroid_conv = lambda v: partial(new_plan().run, v[x], v[cent], *NO_ACT, b.threads_for(node))  # noqa: E731
     else:

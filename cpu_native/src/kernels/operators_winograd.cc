@@ -1,0 +1,266 @@
+// Winograd F(4x4, 3x3) convolution (ukernels.h; seed 001 ch. III; Lavin & Gray 2016): the weight
+// transform, the rule that picks it, and ConvPlan's driver for it.
+//
+// The driver cuts the N x ceil(OH/4) x ceil(OW/4) output tiles into blocks of `tile_block` tiles.
+// For a block it transforms the input patches (the level's winograd_input) into V [36][tiles][C],
+// runs the 36 GEMMs M_e = V_e U_e with the level's igemm_f32w (the transformed weights U are packed
+// as its panels), and transforms M [36][tiles][K] back into the block's NHWC output pixels
+// (winograd_output, with the bias and the clamp part of the activation; the other activations as a
+// pass over the tile). V and M are scratch of one block, no full-size transformed tensor exists.
+// Threads: while U fits L2, each thread takes whole units (a block, or a block and a group of K
+// panels when there are too few blocks to feed the threads) with its own V and M; beyond, the
+// threads share each block phase by phase so that U streams once per block (run_winograd).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/operators.h"
+#include "kernels/thread_pool.h"
+
+namespace edgesdk::kernels {
+namespace {
+
+constexpr size_t kE = kWinogradPositions, kP = kWinogradPatch, kR = kWinogradTile;
+
+// G of F(4x4, 3x3) (ukernels.h).
+const double kG[kP][3] = {{1.0 / 4, 0.0, 0.0},         {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                          {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0.0, 0.0, 1.0}};
+
+// Row strides of V and M: whole 64-byte lines.
+size_t scratch_stride(size_t channels) { return round_up(channels, 16); }
+
+// Tile blocks (kernel_bench --winograd). While the transformed weights U (36 C K floats) fit in L2
+// (kWeightsInL2Bytes: this assumes 1 MiB or more of it), every block meets them there: a block's V
+// and M then take at most kScratchBytes, so they stay in L2 beside U (56x56, 64 -> 64: 0.49 ms with
+// 192-768 KiB, 0.64 ms with all 196 tiles in one block). Larger U streams from L3 or memory once per
+// block, which costs more than V and M leaving L2: blocks then hold every tile, up to
+// kMaxScratchBytes (28x28, 128 -> 128: 0.49 ms in one block, 0.79 ms in four; 56x56, 128 -> 128:
+// 1.9 ms in one, 2.2 ms in two, 2.5 ms in five).
+constexpr size_t kWeightsInL2Bytes = 1024 * 1024;
+constexpr size_t kScratchBytes = 256 * 1024;
+constexpr size_t kMaxScratchBytes = 16 * 1024 * 1024;
+
+bool weights_in_l2(size_t c, size_t k) { return kE * c * k * sizeof(float) <= kWeightsInL2Bytes; }
+
+void transform_weights(const PackedGemmWeights& w, WinogradWeights& out) {
+  const size_t c = w.k / 9, k = w.n, nr = w.nr, panels = w.panel_count();
+  out.c = c;
+  out.k = k;
+  out.nr = nr;
+  out.u = AlignedBuffer<float>(kE * panels * c * nr);
+  std::memset(out.u.data(), 0, out.u.size() * sizeof(float));
+  const float* src = reinterpret_cast<const float*>(w.panels.data());
+  for (size_t p = 0; p < panels; ++p)
+    for (size_t ch = 0; ch < c; ++ch)
+      for (size_t j = 0; j < nr && p * nr + j < k; ++j) {
+        double g[3][3];  // the filter of output p*nr + j, input channel ch: panel rows (ky*3 + kx)*C + ch
+        for (size_t ky = 0; ky < 3; ++ky)
+          for (size_t kx = 0; kx < 3; ++kx) g[ky][kx] = src[(p * w.k + (ky * 3 + kx) * c + ch) * nr + j];
+        double gg[kP][3];  // G g
+        for (size_t i = 0; i < kP; ++i)
+          for (size_t x = 0; x < 3; ++x) gg[i][x] = kG[i][0] * g[0][x] + kG[i][1] * g[1][x] + kG[i][2] * g[2][x];
+        for (size_t i = 0; i < kP; ++i)  // (G g) G^T
+          for (size_t x = 0; x < kP; ++x) {
+            const double u = gg[i][0] * kG[x][0] + gg[i][1] * kG[x][1] + gg[i][2] * kG[x][2];
+            out.u[(((i * kP + x) * panels + p) * c + ch) * nr + j] = static_cast<float>(u);
+          }
+      }
+}
+
+}  // namespace
+
+const WinogradWeights& winograd_weights(const PackedGemmWeights& w) {
+  if (w.type != WeightType::F32 || w.f16_arith || w.k % 9 != 0)
+    throw std::invalid_argument("winograd_weights: needs fp32 weights of a 3x3 convolution");
+  WinogradCache& cache = *w.winograd;
+  std::call_once(cache.once, [&] { transform_weights(w, cache.weights); });
+  return cache.weights;
+}
+
+bool winograd_applies(const ConvGeometry& g, const PackedGemmWeights& w) {
+  return g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 &&
+         w.type == WeightType::F32 && !w.f16_arith;
+}
+
+bool winograd_enabled() {
+  const char* env = std::getenv("EDGESDK_CPU_WINOGRAD");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+// Measured at 1 thread with kernel_bench --winograd (31 layers, direct vs Winograd, warm caches and
+// --cold) and per layer inside ResNet-18 and SqueezeNet (sess.profile, EDGESDK_CPU_WINOGRAD=0 / 1):
+// * C and K >= 8: the GEMMs reduce over C, and at C = 3 (VGG's first layer, 224x224, 3 -> 64)
+//   Winograd is 0.68x (avx512) and 0.83x (avx2) of the direct convolution; at C = K = 8 (56x56)
+//   1.5x and 1.35x.
+// * The 4x4 tiles at least 5/8 full on average (N OH OW >= 10 tiles): Winograd's products then
+//   number at most 1/2.5 of the direct ones (7x7: 1/3.06, 13x13: 1/2.64; 5x5 would be 1/1.56).
+// * At least 4 tiles while U (36 C K floats, 4x the direct weights) fits L2 (kWeightsInL2Bytes):
+//   7x7, 64 -> 64 wins 1.3x at 4 tiles. A larger U comes from L3 or memory at each run inside a
+//   network, and its extra bytes are paid back only by enough output pixels: N OH OW >= 144. In
+//   ResNet-18, 14x14, 256 -> 256 (196 pixels, U 9.4 MB) gains 1.1x (avx512) and 1.4x (avx2) and
+//   7x7, 512 -> 512 (49 pixels, U 37.7 MB) loses: avx2 4.8 ms against 2.6-3.9 ms direct (warm
+//   caches alone had it 1.6x faster); in SqueezeNet 13x13, 48 -> 192 and 64 -> 256 (169 pixels)
+//   gain 1.07-1.16x (avx512) and 1.14-1.29x (avx2). With every cache cold the break-even is near
+//   100-170 pixels on both levels (10x10, 256 -> 256: 0.79x / 0.96x; two 7x7 images,
+//   512 -> 512: 1.02x / 1.04x).
+// The scalar level wins wherever avx2 does; the NEON levels follow the same rule (checked under
+// qemu, not measured on hardware).
+bool winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k, const KernelTable& t) {
+  (void)t;
+  if (c < 8 || k < 8) return false;
+  const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR), pixels = n * oh * ow;
+  if (pixels < 10 * tiles) return false;
+  return weights_in_l2(c, k) ? tiles >= 4 : pixels >= 144;
+}
+
+size_t winograd_tile_block(size_t tiles, size_t c, size_t k, size_t mr) {
+  const size_t per_tile = kE * (scratch_stride(c) + scratch_stride(k)) * sizeof(float);
+  const size_t budget = weights_in_l2(c, k) ? kScratchBytes : kMaxScratchBytes;
+  const size_t block = max_size(mr, budget / per_tile / mr * mr);
+  if (block >= tiles) return round_up(tiles, mr);
+  return round_up(div_up(tiles, div_up(tiles, block)), mr);  // equal blocks
+}
+
+void ConvPlan::set_winograd_block(size_t tiles) {
+  if (winograd_ == nullptr) throw std::logic_error("set_winograd_block: not a Winograd plan");
+  tile_block_ = round_up(max_size(tiles, 1), weights_->mr());
+}
+
+void ConvPlan::run_winograd(const float* input, float* output, const Activation& act, size_t threads,
+                            size_t in_stride, size_t out_stride) const {
+  const PackedGemmWeights& w = *weights_;
+  const WinogradWeights& u = *winograd_;
+  const KernelTable& t = *w.table;
+  const size_t mr = w.mr(), nr = w.nr, panels = w.panel_count(), k = w.n;
+  const size_t tiles_per_image = tiles_h_ * tiles_w_, tiles = n_ * tiles_per_image;
+  const size_t tb = tile_block_, blocks = div_up(tiles, tb);
+  const size_t cs = scratch_stride(c_), ks = scratch_stride(k);
+  const MinMax clamp = clamp_part(act);
+  const MinMax no_clamp{-INFINITY, INFINITY};
+  const bool post = needs_post_pass(act);
+  const float* zero = zero_.data();
+
+  // Recomputes the tile's nonfinite outputs (ukernels.h, WinogradOutputUkernel) as the direct
+  // convolution does, from the packed direct weights: the NaN / inf semantics of the other paths.
+  auto fix_nonfinite = [&](size_t b, size_t oy0, size_t ox0, size_t rows, size_t cols, size_t k0, size_t k1) {
+    const float* wp = reinterpret_cast<const float*>(w.panels.data());
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j) {
+        const size_t oy = oy0 + i, ox = ox0 + j;
+        float* y = output + ((b * oh_ + oy) * ow_ + ox) * out_stride;
+        for (size_t o = k0; o < k1; ++o) {
+          if (std::isfinite(y[o])) continue;
+          const size_t p = o / nr, col = o % nr;
+          float s = w.bias[o];
+          for (size_t ky = 0; ky < 3; ++ky)
+            for (size_t kx = 0; kx < 3; ++kx) {
+              const ptrdiff_t iy = static_cast<ptrdiff_t>(oy + ky) - static_cast<ptrdiff_t>(g_.pad_top);
+              const ptrdiff_t ix = static_cast<ptrdiff_t>(ox + kx) - static_cast<ptrdiff_t>(g_.pad_left);
+              if (iy < 0 || ix < 0 || iy >= static_cast<ptrdiff_t>(h_) || ix >= static_cast<ptrdiff_t>(w_)) continue;
+              const float* x = input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride;
+              const float* wk = wp + (p * w.k + (ky * 3 + kx) * c_) * nr + col;
+              for (size_t ch = 0; ch < c_; ++ch) s += x[ch] * wk[ch * nr];
+            }
+          s = s < clamp.min ? clamp.min : s;  // bounds first: NaN stays NaN
+          s = s > clamp.max ? clamp.max : s;
+          y[o] = s;
+        }
+      }
+  };
+  // Input transform of tiles [t0 + i0, t0 + i1) of the block starting at tile t0: V[e][tile][C].
+  auto transform_input = [&](size_t t0, size_t i0, size_t i1, float* v) {
+    const float* pixels[kP * kP];
+    for (size_t i = i0; i < i1; ++i) {
+      const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
+                   tx = tile % tiles_w_;
+      for (size_t py = 0; py < kP; ++py) {
+        const ptrdiff_t iy = static_cast<ptrdiff_t>(ty * kR + py) - static_cast<ptrdiff_t>(g_.pad_top);
+        for (size_t px = 0; px < kP; ++px) {
+          const ptrdiff_t ix = static_cast<ptrdiff_t>(tx * kR + px) - static_cast<ptrdiff_t>(g_.pad_left);
+          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h_) && ix < static_cast<ptrdiff_t>(w_);
+          pixels[py * kP + px] =
+              inside ? input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride : zero;
+        }
+      }
+      t.winograd_input(pixels, c_, v + i * cs, tb * cs);
+    }
+  };
+  // M_e[tile][k] = V_e[tile][:] U_e[:][k] for the block's nt tiles, panels [p0, p1) of position e.
+  auto multiply = [&](size_t e, size_t p0, size_t p1, size_t nt, const float* v, float* m) {
+    const float* rows[64];  // MR pointers (MR <= 64)
+    const float* ve = v + e * tb * cs;
+    float* me = m + e * tb * ks;
+    for (size_t p = p0; p < p1; ++p) {
+      const size_t ncur = min_size(nr, k - p * nr);
+      const float* panel = u.panel(e, p);
+      for (size_t i0 = 0; i0 < nt; i0 += mr) {
+        const size_t mcur = min_size(mr, nt - i0);
+        for (size_t i = 0; i < mr; ++i) rows[i] = ve + (i0 + min_size(i, mcur - 1)) * cs;
+        t.igemm_f32w(mcur, ncur, c_, 1, rows, panel, nullptr, me + i0 * ks + p * nr, ks, 0, &no_clamp);
+      }
+    }
+  };
+  // Output transform of tiles [t0 + i0, t0 + i1) into the NHWC output, channels [k0, k1).
+  auto transform_output = [&](size_t t0, size_t i0, size_t i1, size_t k0, size_t k1, const float* m) {
+    for (size_t i = i0; i < i1; ++i) {
+      const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
+                   tx = tile % tiles_w_;
+      const size_t oy0 = ty * kR, ox0 = tx * kR;
+      const size_t rows_here = min_size(kR, oh_ - oy0), cols_here = min_size(kR, ow_ - ox0);
+      float* y = output + ((b * oh_ + oy0) * ow_ + ox0) * out_stride;
+      const bool nonfinite = t.winograd_output(m + i * ks + k0, tb * ks, k1 - k0, w.bias.data() + k0, y + k0,
+                                               ow_ * out_stride, out_stride, rows_here, cols_here, &clamp);
+      if (nonfinite) fix_nonfinite(b, oy0, ox0, rows_here, cols_here, k0, k1);
+      if (post)
+        for (size_t r = 0; r < rows_here; ++r)
+          for (size_t col = 0; col < cols_here; ++col)
+            t.activation(y + (r * ow_ + col) * out_stride + k0, k1 - k0, &act);
+    }
+  };
+
+  if (threads > 1 && !weights_in_l2(c_, k)) {
+    // U outgrows L2: the threads share each block, phase by phase (input transform over tiles, the
+    // 36 x panels GEMMs, output transform over tiles), so U streams once per block in all; per-thread
+    // blocks would each stream it (or, split into panel groups, each transform the whole input).
+    // The block's scratch is the calling thread's.
+    thread_local AlignedBuffer<float> v_shared, m_shared;
+    if (v_shared.size() < kE * tb * cs) v_shared = AlignedBuffer<float>(kE * tb * cs);
+    if (m_shared.size() < kE * tb * ks) m_shared = AlignedBuffer<float>(kE * tb * ks);
+    float* v = v_shared.data();
+    float* m = m_shared.data();
+    for (size_t blk = 0; blk < blocks; ++blk) {
+      const size_t t0 = blk * tb, nt = min_size(tb, tiles - t0);
+      parallel_for(nt, threads, [&](size_t i0, size_t i1) { transform_input(t0, i0, i1, v); });
+      parallel_for(kE * panels, threads, [&](size_t u0, size_t u1) {
+        for (size_t unit = u0; unit < u1; ++unit) multiply(unit / panels, unit % panels, unit % panels + 1, nt, v, m);
+      });
+      parallel_for(nt, threads, [&](size_t i0, size_t i1) { transform_output(t0, i0, i1, 0, k, m); });
+    }
+    return;
+  }
+  // Otherwise each thread takes whole units: a tile block, and a group of panels when there are too
+  // few blocks to feed the threads (each group then transforms the block's input again: a few
+  // percent of its GEMM work).
+  size_t groups = 1;
+  if (threads > 1 && blocks < 4 * threads) groups = min_size(panels, div_up(4 * threads, blocks));
+  const size_t panels_per_group = div_up(panels, groups);
+  groups = div_up(panels, panels_per_group);
+  parallel_for(blocks * groups, threads, [&](size_t begin, size_t end) {
+    thread_local AlignedBuffer<float> v_block, m_block;
+    if (v_block.size() < kE * tb * cs) v_block = AlignedBuffer<float>(kE * tb * cs);
+    if (m_block.size() < kE * tb * ks) m_block = AlignedBuffer<float>(kE * tb * ks);
+    float* v = v_block.data();
+    float* m = m_block.data();
+    for (size_t unit = begin; unit < end; ++unit) {
+      const size_t blk = unit / groups, grp = unit % groups;
+      const size_t t0 = blk * tb, nt = min_size(tb, tiles - t0);
+      const size_t p0 = grp * panels_per_group, p1 = min_size(panels, p0 + panels_per_group);
+      transform_input(t0, 0, nt, v);
+      for (size_t e = 0; e < kE; ++e) multiply(e, p0, p1, nt, v, m);
+      transform_output(t0, 0, nt, p0 * nr, min_size(k, p1 * nr), m);
+    }
+  });
+}
+
+}  // namespace edgesdk::kernels
