@@ -61,6 +61,7 @@ Linux, see peak_rss_mb), "ru_maxrss_mb", "load_ms"}.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import hashlib
 import json
@@ -248,15 +249,18 @@ def convert(engine: str, onnx_path: Path, shape: list[int], cache: Path) -> dict
 
 
 # -- the engines -----------------------------------------------------------------------------------
-class Model:
+class Model(abc.ABC):
     """A loaded model: ``feed`` converts the inputs (ONNX order and layout) once, ``call`` is one
-    timed call, ``outputs`` turns what a call returned into float32 arrays in ONNX's layout."""
+    timed call, ``outputs`` turns what a call returned into float32 arrays in ONNX's layout. Every
+    engine below defines feed and call."""
 
+    @abc.abstractmethod
     def feed(self, xs: list[np.ndarray]) -> None:
-        raise NotImplementedError
+        """Keep the inputs, converted to what the engine's call takes."""
 
+    @abc.abstractmethod
     def call(self):
-        raise NotImplementedError
+        """One inference on the fed inputs; returns the engine's raw outputs."""
 
     def outputs(self, raw) -> list[np.ndarray]:
         return [np.asarray(y, np.float32) for y in raw]

@@ -18,7 +18,9 @@ struct V {
   static constexpr size_t W = 16;
   static T load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
-  static T load_tail(const float* p, size_t n) { return _mm512_maskz_loadu_ps(first_lanes(n), p); }
+  static T load_tail(const float* p, size_t n, float fill) {
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), first_lanes(n), p);
+  }
   static void store_tail(float* p, T v, size_t n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
   static T set1(float v) { return _mm512_set1_ps(v); }
   static T add(T a, T b) { return _mm512_add_ps(a, b); }

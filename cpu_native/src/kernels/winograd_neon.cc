@@ -8,29 +8,7 @@
 namespace edgesdk::kernels {
 namespace {
 
-struct V {
-  using T = float32x4_t;
-  static constexpr size_t W = 4;
-  static T load(const float* p) { return vld1q_f32(p); }
-  static void store(float* p, T v) { vst1q_f32(p, v); }
-  static T load_tail(const float* p, size_t n) {
-    float buf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (size_t i = 0; i < n; ++i) buf[i] = p[i];
-    return vld1q_f32(buf);
-  }
-  static void store_tail(float* p, T v, size_t n) {
-    float buf[4];
-    vst1q_f32(buf, v);
-    for (size_t i = 0; i < n; ++i) p[i] = buf[i];
-  }
-  static T set1(float v) { return vdupq_n_f32(v); }
-  static T add(T a, T b) { return vaddq_f32(a, b); }
-  static T sub(T a, T b) { return vsubq_f32(a, b); }
-  static T fma(T a, T b, T c) { return vfmaq_f32(c, a, b); }
-  static T max(T a, T b) { return vmaxq_f32(a, b); }
-  static T min(T a, T b) { return vminq_f32(a, b); }
-  static bool any_nan(T a) { return vminvq_u32(vceqq_f32(a, a)) == 0; }
-};
+#include "kernels/vec_f32_neon.inl"
 
 #include "kernels/winograd_simd.inl"
 

@@ -3,8 +3,9 @@
 // and includes this file there (each ISA's copy stays private to its translation unit). Not a
 // standalone header.
 //
-// V provides: T, W (lanes), load / store (unaligned), load_tail(p, n) (lanes >= n zero, nothing
-// read past p + n) / store_tail(p, v, n) for n < W, set1, add, sub, fma(a, b, c) = a*b + c, max,
+// V provides (the ISA's vec_f32_<isa>.inl, or winograd_avx512.cc's own: that file is compiled for
+// AVX-512 F alone, as the GEMM it feeds): T, W (lanes), load / store (unaligned), load_tail(p, n,
+// fill) (lanes >= n fill, nothing read past p + n) / store_tail(p, v, n) for n < W, set1, add, sub, fma(a, b, c) = a*b + c, max,
 // min (x86 semantics are enough: min(hi, max(lo, v)) keeps a NaN v), any_nan.
 //
 // Every channel is independent, so the kernels take W channels a step through the 2-D transforms,
@@ -50,7 +51,7 @@ static inline void input_step(const float* const* pixels, size_t ch, size_t n, f
   for (size_t j = 0; j < kP; ++j) {
     T d[kP], t[kP];
 #pragma GCC unroll 6
-    for (size_t i = 0; i < kP; ++i) d[i] = Tail ? V::load_tail(pixels[i * kP + j] + ch, n) : V::load(pixels[i * kP + j] + ch);
+    for (size_t i = 0; i < kP; ++i) d[i] = Tail ? V::load_tail(pixels[i * kP + j] + ch, n, 0.0f) : V::load(pixels[i * kP + j] + ch);
     input_1d(d, t);
 #pragma GCC unroll 6
     for (size_t i = 0; i < kP; ++i) bd[i][j] = t[i];
@@ -88,13 +89,13 @@ static inline T output_step(const float* m, size_t m_stride, size_t ch, size_t n
 #pragma GCC unroll 6
     for (size_t i = 0; i < kP; ++i) {
       const float* p = m + (i * kP + j) * m_stride + ch;
-      mm[i] = Tail ? V::load_tail(p, n) : V::load(p);
+      mm[i] = Tail ? V::load_tail(p, n, 0.0f) : V::load(p);
     }
     output_1d(mm, t);
 #pragma GCC unroll 4
     for (size_t i = 0; i < kR; ++i) am[i][j] = t[i];
   }
-  const T b = bias == nullptr ? zero : Tail ? V::load_tail(bias + ch, n) : V::load(bias + ch);
+  const T b = bias == nullptr ? zero : Tail ? V::load_tail(bias + ch, n, 0.0f) : V::load(bias + ch);
   for (size_t i = 0; i < rows; ++i) {
     T t[kR];
     output_1d(am[i], t);
