@@ -31,22 +31,6 @@ using namespace edgesdk::kernels;
 
 namespace {
 
-template <class F>
-double best_seconds(F&& f, double min_total = 0.3, int min_reps = 5) {
-  f();  // warm-up
-  double best = 1e30, total = 0;
-  int reps = 0;
-  while (total < min_total || reps < min_reps) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = s < best ? s : best;
-    total += s;
-    ++reps;
-  }
-  return best;
-}
-
 // Best of repeated runs of f, each after evict() (not timed): at least min_reps runs and min_total
 // seconds of f.
 template <class F, class E>
@@ -64,6 +48,12 @@ double best_seconds_after(F&& f, E&& evict, double min_total = 0.3, int min_reps
     ++reps;
   }
   return best;
+}
+
+// Best of repeated runs of f (warm caches): at least min_reps runs and min_total seconds of f.
+template <class F>
+double best_seconds(F&& f, double min_total = 0.3, int min_reps = 5) {
+  return best_seconds_after(f, [] {}, min_total, min_reps);
 }
 
 // Writes one byte per 64-byte line of a 256 MiB buffer: pushes a layer's weights out of the caches,
