@@ -5,6 +5,7 @@
 #include "cpu_features.h"
 
 void register_kernels(pybind11::module_& m);  // bindings_kernels.cc
+void register_sparse(pybind11::module_& m, pybind11::module_& km);  // bindings_sparse.cc
 
 namespace py = pybind11;
 
@@ -45,4 +46,6 @@ PYBIND11_MODULE(_native, m) {
   m.def("build_info", &build_info,
         "Dict with the compiler id and version, the target arch and the C++ standard (17, 20, ...).");
   register_kernels(m);
+  py::module_ km = m.attr("kernels").cast<py::module_>();
+  register_sparse(m, km);
 }

@@ -9,7 +9,7 @@
 // after a "KERNELS <isa> <slot>=<kernel name> ..." line naming the level's microkernels, then
 // "checked isas: ..." and exits 1 on any mismatch. Options: --isa NAME, --seed N, --quick (GEMM only up to
 // M = 17, thread pool without the handoff stress: for emulators that run a whole OS, as Bochs for
-// AVX-512, tools/avx512_under_bochs.py). Built natively and for aarch64 (run
+// AVX-512, tools/avx512_under_bochs.py), --only test_<name> (one test function, e.g. test_spmm). Built natively and for aarch64 (run
 // under qemu-aarch64) by tests/test_native_kernels.py.
 #include <algorithm>
 #include <atomic>
@@ -31,6 +31,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
 #include "kernels/operators_qu8.h"
+#include "kernels/operators_sparse.h"
 #include "kernels/thread_pool.h"
 
 using namespace edgesdk::kernels;
@@ -39,6 +40,7 @@ namespace {
 
 unsigned g_seed = 12345;  // --seed N draws other cases (the default set is fixed)
 bool g_quick = false;     // --quick: the reduced set (see the header)
+std::string g_only;       // --only test_<name>: that test function alone (quicker runs while developing)
 std::mt19937 rng(g_seed);
 
 std::vector<float> random_vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
@@ -912,6 +914,138 @@ void test_winograd(const KernelTable& t) {
     run_case(cc, kActs[a], 1 + a % 2, 0, 0, true);
   }
   std::printf("INFO f32_winograd %s largest error %.2e of max(|want|, floor) (tolerance %.0e)\n", t.name, worst, kRtol);
+  report(fam);
+}
+
+// ---- sparse 1x1 (f32_spmm) --------------------------------------------------------------------
+// sparse_conv1x1 (operators_sparse.h: the level's spmm kernels, blocks of NB rows, the non-finite
+// scan and the dense rule) against a float64 dense product W @ X of the same weights (fp32, fp16
+// rounded, or looked up in the codebook), zeros included. What is guaranteed: every level sums
+// each output in the same order (bias, then the stored channels ascending); the SIMD kernels fuse
+// each multiply-add and the scalar ones round the product and the sum apart, so they agree to fp32
+// rounding, not bit for bit. Each output is checked against the float64 value within the
+// recursive-summation bound (n + 1) u sum(|bias| + |w x|) (u = 2^-24, n terms; Higham 2002 Thm 4.4),
+// times 1.5 for the steepest activation, plus 1e-5 relative for the vector activations' own error.
+// Non-finite inputs (NaN, +inf, -inf sprinkled over the images) must give exactly the dense
+// product's NaN / inf. Cases: K and C across block and vector sizes, K % NB != 0, pixel counts
+// 1..130 (tails of every tile), 0% to 100% sparsity, every NB of the level and the packer's own
+// choice, the three value kinds (per-layer and per-channel codebooks, with and without a 0.0
+// entry), CSR entries that are explicit zeros, batch 1-3, 1 and 2 threads (and the split of the
+// output blocks between threads on small images).
+void test_spmm(const KernelTable& t) {
+  reseed();
+  Family fam{"f32_spmm", t.name};
+  const std::vector<size_t> offered = sparse_blocks(t);
+  const size_t ks[] = {1, 5, 16, 19, 40}, cs[] = {1, 3, 17, 40, 67};
+  const size_t hws[] = {1, 3, 7, 16, 31, 33, 49, 64, 65, 97, 130};
+  const double densities[] = {1.0, 0.5, 0.1, 0.01, 0.0};
+  const Activation acts[] = {act_none(), act_relu(), act_clip(-0.25f, 0.5f), act_hardswish(), act_sigmoid(),
+                             act_leaky_relu(0.1f)};
+  auto run_case = [&](size_t kk, size_t cc, size_t hw, double density, size_t block, SpmmValues kind, bool per_row,
+                      const Activation& act, size_t n, size_t threads, bool specials) {
+    std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+    // Codebook: T entries (0.0 first in half of the cases), per layer or per output channel.
+    const size_t tsize = 1 + rng() % 20;
+    const size_t groups = per_row ? kk : 1;
+    auto book = random_vec(groups * tsize);
+    const bool book_zero = rng() % 2 == 0;
+    if (book_zero)
+      for (size_t g = 0; g < groups; ++g) book[g * tsize] = 0.0f;
+    std::vector<int64_t> row_ptr{0};
+    std::vector<int32_t> cols;
+    std::vector<float> vf;
+    std::vector<uint16_t> vh;
+    std::vector<uint8_t> vi;
+    std::vector<float> dense(kk * cc, 0.0f);  // the weights as the kernels see them
+    for (size_t r = 0; r < kk; ++r) {
+      for (size_t ch = 0; ch < cc; ++ch) {
+        const bool keep = u01(rng) < density, filler = !keep && rng() % 16 == 0;  // CSR zeros: dropped
+        if (!keep && !filler) continue;
+        cols.push_back(static_cast<int32_t>(ch));
+        float v = keep ? random_vec(1)[0] : 0.0f;
+        if (kind == SpmmValues::F16) {
+          vh.push_back(fp32_to_fp16(v));
+          v = fp16_to_fp32(vh.back());
+        } else if (kind == SpmmValues::Codebook) {
+          uint8_t idx = static_cast<uint8_t>(rng() % tsize);
+          if (filler) {
+            if (!book_zero) { cols.pop_back(); continue; }
+            idx = 0;
+          }
+          vi.push_back(idx);
+          v = book[(per_row ? r : 0) * tsize + idx];
+        } else {
+          vf.push_back(v);
+        }
+        dense[r * cc + ch] = v;
+      }
+      row_ptr.push_back(static_cast<int64_t>(cols.size()));
+    }
+    auto bias = random_vec(kk);
+    auto x = random_vec(n * cc * hw);
+    if (specials) sprinkle(x, rng() % 7, 5 + rng() % 23);
+    const SparseConv1x1Weights w = pack_sparse_conv1x1(
+        row_ptr.data(), cols.data(), kk, cc, kind, kind == SpmmValues::F32 ? vf.data() : nullptr,
+        kind == SpmmValues::F16 ? vh.data() : nullptr, kind == SpmmValues::Codebook ? vi.data() : nullptr,
+        kind == SpmmValues::Codebook ? book.data() : nullptr, groups, tsize, bias.data(), block, &t);
+    std::vector<float> y(n * kk * hw, 12345.0f);
+    sparse_conv1x1(x.data(), n, hw, w, y.data(), act, threads);
+    std::vector<double> want(y.size()), floor(y.size());
+    for (size_t b = 0; b < n; ++b)
+      for (size_t r = 0; r < kk; ++r)
+        for (size_t p = 0; p < hw; ++p) {
+          double acc = bias[r], mag = std::fabs(bias[r]);
+          size_t terms = 1;
+          for (size_t ch = 0; ch < cc; ++ch) {
+            const double term = static_cast<double>(dense[r * cc + ch]) * x[(b * cc + ch) * hw + p];
+            acc += term;
+            if (dense[r * cc + ch] != 0.0f) ++terms;
+            if (std::isfinite(term)) mag += std::fabs(term);
+          }
+          const size_t i = (b * kk + r) * hw + p;
+          want[i] = activate_reference(static_cast<float>(acc), act);
+          const double bound = 1.5 * static_cast<double>(terms + 1) * std::ldexp(1.0, -24) * mag;
+          floor[i] = bound / 1e-5;  // Family::check: |err| <= 1e-5 max(|want|, floor)
+        }
+    const char* kinds[] = {"f32", "f16", "codebook"};
+    const std::string what = std::string("spmm ") + w.kernel_name() + " " + dims({n, kk, cc, hw}) + " density " +
+                             std::to_string(density) + " nb " + std::to_string(w.block) + " " +
+                             kinds[static_cast<int>(kind)] + (per_row ? " per-row" : "") + " " + act_name(act.kind) +
+                             " threads " + std::to_string(threads) + (specials ? " nonfinite" : "");
+    if (block != 0 && w.block != block && fam.failure.empty()) fam.failure = what + ": block not as forced";
+    fam.check(what, y.data(), want.data(), y.size(), 1e-5, floor.data());
+  };
+  size_t index = 0;
+  for (size_t bi = 0; bi <= offered.size(); ++bi) {
+    const size_t block = bi == 0 ? 0 : offered[bi - 1];
+    for (int kind = 0; kind < 3; ++kind)
+      for (size_t d = 0; d < 5; ++d)
+        for (size_t s = 0; s < 4; ++s) {
+          ++index;
+          if (g_quick && index % 3 != 0) continue;
+          const size_t kk = ks[(index + s) % 5], cc = cs[(index * 3 + d) % 5], hw = hws[(index * 7 + s) % 11];
+          const size_t n = 1 + index % 3, threads = 1 + index / 2 % 2;
+          run_case(kk, cc, hw, densities[d], block, static_cast<SpmmValues>(kind), index % 4 == 1,
+                   acts[index % 6], n, threads, false);
+        }
+  }
+  // Larger layers (several pixel tiles, the block split of 7 x 7 images at 2 threads), then NaN and
+  // infinities through every NB and value kind.
+  const size_t big[][3] = {{96, 24, 200}, {24, 144, 49}, {160, 96, 49}, {33, 70, 257}};
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t bi = 0; bi <= offered.size(); ++bi) {
+      if (g_quick && bi % 2 == 1) continue;
+      const size_t block = bi == 0 ? 0 : offered[bi - 1];
+      run_case(big[i][0], big[i][1], big[i][2], i % 2 ? 0.1 : 0.3, block, static_cast<SpmmValues>((i + bi) % 3),
+               bi % 2 == 0, acts[(i + bi) % 6], 1 + i % 2, 2, false);
+    }
+  for (size_t bi = 0; bi <= offered.size(); ++bi)
+    for (int kind = 0; kind < 3; ++kind)
+      for (size_t d = 0; d < 5; ++d) {
+        const size_t block = bi == 0 ? 0 : offered[bi - 1];
+        run_case(ks[(d + bi) % 5], cs[(d + kind) % 5], hws[(d * 3 + bi + kind) % 11], densities[d], block,
+                 static_cast<SpmmValues>(kind), d % 2 == 1, acts[(d + kind) % 6], 1 + d % 2, 1 + (d + kind) % 2, true);
+      }
   report(fam);
 }
 
@@ -2307,6 +2441,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--quick") g_quick = true;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--isa") only = argv[i + 1];
+    if (std::string(argv[i]) == "--only") g_only = argv[i + 1];
     if (std::string(argv[i]) == "--seed") g_seed = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
   }
   if (!only.empty()) {
@@ -2328,34 +2463,35 @@ int main(int argc, char** argv) {
     std::printf("KERNELS %s", t.name);
     for (const auto& [slot, name] : kernel_names(isa)) std::printf(" %s=%s", slot, name);
     std::printf("\n");
-    test_gemm(t);
-    test_conv(t);
-    test_depthwise(t);
-    test_pool(t);
-    test_eltwise(t);
-    test_activation(t);
-    test_softmax(t);
-    test_clustered(t);
-    test_nnm(t);
-    test_nonfinite(t);
-    test_winograd(t);
-    test_qu8_requant(t);
-    test_qu8_gemm(t);
-    test_qu8_conv(t);
-    test_qu8_narrow_pairs(t);
-    test_qu8_overread(t);
-    test_qu8_igemm_ukernel(t);
-    test_qu8_depthwise(t);
-    test_qu8_eltwise(t);
-    test_qu8_lut_concat(t);
-    test_qu8_pool(t);
-    test_qu8_convert(t);
+    if (g_only.empty() || g_only == "test_gemm") test_gemm(t);
+    if (g_only.empty() || g_only == "test_conv") test_conv(t);
+    if (g_only.empty() || g_only == "test_depthwise") test_depthwise(t);
+    if (g_only.empty() || g_only == "test_pool") test_pool(t);
+    if (g_only.empty() || g_only == "test_eltwise") test_eltwise(t);
+    if (g_only.empty() || g_only == "test_activation") test_activation(t);
+    if (g_only.empty() || g_only == "test_softmax") test_softmax(t);
+    if (g_only.empty() || g_only == "test_clustered") test_clustered(t);
+    if (g_only.empty() || g_only == "test_nnm") test_nnm(t);
+    if (g_only.empty() || g_only == "test_nonfinite") test_nonfinite(t);
+    if (g_only.empty() || g_only == "test_winograd") test_winograd(t);
+    if (g_only.empty() || g_only == "test_spmm") test_spmm(t);
+    if (g_only.empty() || g_only == "test_qu8_requant") test_qu8_requant(t);
+    if (g_only.empty() || g_only == "test_qu8_gemm") test_qu8_gemm(t);
+    if (g_only.empty() || g_only == "test_qu8_conv") test_qu8_conv(t);
+    if (g_only.empty() || g_only == "test_qu8_narrow_pairs") test_qu8_narrow_pairs(t);
+    if (g_only.empty() || g_only == "test_qu8_overread") test_qu8_overread(t);
+    if (g_only.empty() || g_only == "test_qu8_igemm_ukernel") test_qu8_igemm_ukernel(t);
+    if (g_only.empty() || g_only == "test_qu8_depthwise") test_qu8_depthwise(t);
+    if (g_only.empty() || g_only == "test_qu8_eltwise") test_qu8_eltwise(t);
+    if (g_only.empty() || g_only == "test_qu8_lut_concat") test_qu8_lut_concat(t);
+    if (g_only.empty() || g_only == "test_qu8_pool") test_qu8_pool(t);
+    if (g_only.empty() || g_only == "test_qu8_convert") test_qu8_convert(t);
     if (t.has_f16_arith()) {
-      test_f16_gemm(t);
-      test_f16_conv(t);
-      test_f16_depthwise(t);
-      test_f16_nonfinite(t);
-      measure_f16_gemm(t);
+      if (g_only.empty() || g_only == "test_f16_gemm") test_f16_gemm(t);
+      if (g_only.empty() || g_only == "test_f16_conv") test_f16_conv(t);
+      if (g_only.empty() || g_only == "test_f16_depthwise") test_f16_depthwise(t);
+      if (g_only.empty() || g_only == "test_f16_nonfinite") test_f16_nonfinite(t);
+      if (g_only.empty() || g_only == "measure_f16_gemm") measure_f16_gemm(t);
     }
     checked += std::string(checked.empty() ? "" : " ") + t.name;
   }

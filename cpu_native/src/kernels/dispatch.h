@@ -32,7 +32,9 @@ enum class Isa { Scalar, Avx2, AvxVnni, Avx512, Avx512Vnni, Avx512Amx, Neon, Neo
   X(igemm_f32w) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
-  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(winograd_input) X(winograd_output) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_depthwise_narrow) X(qu8_maxpool)   \
+  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(winograd_input) X(winograd_output) \
+  X(spmm_f32_nb1) X(spmm_f32_nb2) X(spmm_f32_nb4) X(spmm_f32_nb8) X(spmm_f16w_nb1) X(spmm_f16w_nb2) X(spmm_f16w_nb4)   \
+  X(spmm_f16w_nb8) X(spmm_cbw_nb1) X(spmm_cbw_nb2) X(spmm_cbw_nb4) X(spmm_cbw_nb8) X(nonfinite_scan) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_depthwise_narrow) X(qu8_maxpool)   \
   X(qu8_avgpool) X(qu8_global_avgpool) X(qu8_add) X(qu8_mul) X(qu8_requantize) X(qu8_lut)
 
 // The function name (ukernels.h: <datatype>_<op>_<tile>__<isa>) in each slot of a table; null
@@ -80,6 +82,15 @@ struct KernelTable {
   // Winograd F(4x4, 3x3) transforms (ukernels.h); the 36 GEMMs between them run on igemm_f32w.
   WinogradInputUkernel winograd_input;
   WinogradOutputUkernel winograd_output;
+  // Sparse 1x1 convolution in CHW (ukernels.h, SpmmUkernel; operators_sparse.h): one kernel per
+  // block height NB (1, 2, 4; 8 on the avx512 levels only, null elsewhere) and value kind (fp32,
+  // fp16 weights widened in the kernel, uint8 codebook indices), and the scan for non-finite inputs.
+  // spmm_tile: the pixels of the level's widest tile (the driver's unit of work and of the scan).
+  size_t spmm_tile;
+  SpmmUkernel spmm_f32_nb1, spmm_f32_nb2, spmm_f32_nb4, spmm_f32_nb8;
+  SpmmUkernel spmm_f16w_nb1, spmm_f16w_nb2, spmm_f16w_nb4, spmm_f16w_nb8;
+  SpmmUkernel spmm_cbw_nb1, spmm_cbw_nb2, spmm_cbw_nb4, spmm_cbw_nb8;
+  NonfiniteScanUkernel nonfinite_scan;
   // qu8 (ukernels.h, "Quantized uint8"): the GEMM's tile, its reduction step KR (the packed
   // weights' K per kernel position is rounded up to it), packed layout, and whether it takes
   // activations as x ^ 0x80 (signed dot products: the packed bias compensates).

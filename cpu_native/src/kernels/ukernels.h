@@ -447,6 +447,35 @@ constexpr size_t kNeonQu8MR = 4, kNeonQu8NR = 16;
 constexpr size_t kNeonDotQu8MR = 4, kNeonDotQu8NR = 16;
 
 // ---------------------------------------------------------------------------------------------
+// Sparse x dense product in CHW layout (1x1 convolutions with pruned weights; XNNPACK's f32-spmm
+// design): Y[k][p] = clamp(bias[k] + sum_c W[k][c] * X[c][p]) for a group of output-channel blocks
+// of NB rows each (operators_sparse.h packs them). A block stores, for each input channel where any
+// of its NB rows is non-zero, NB weights (explicit zeros where a row has none) and the channel
+// delta to the block's next stored channel. Per output element the sum runs bias first, then the
+// stored channels in increasing order, on every level (the SIMD kernels fuse each multiply-add,
+// the scalar ones round the product and the sum separately).
+enum class SpmmValues : uint8_t { F32, F16, Codebook };
+struct SpmmBlocks {
+  const void* values;       // per block: count x NB entries, entry-major (fp32, fp16 bits or uint8 indices)
+  const int32_t* deltas;    // per stored entry: channels to the block's next stored one (last: 0)
+  const uint32_t* counts;   // stored entries of each block
+  const uint32_t* first;    // first stored channel of each block (0 for an empty block)
+  const float* bias;        // NB per block (zeros without a bias)
+  // Codebook values only: row r of the group reads tables + r * table_stride (table_stride 0: one
+  // table for every row), indexed by the entry's uint8.
+  const float* tables;
+  size_t table_stride;
+};
+// mc pixels (any count: the kernels step MR pixels, then shorter tails) of nblocks blocks; x points
+// at channel 0 of the first pixel, channels x_stride floats apart; y at the first block's first row,
+// rows y_stride floats apart. Only the mc pixels of each row are read and written.
+using SpmmUkernel = void (*)(size_t mc, size_t nblocks, const float* x, size_t x_stride, const SpmmBlocks* w,
+                             float* y, size_t y_stride, const MinMax* clamp);
+// True when any of rows x rows n pixels (rows x_stride floats apart) is NaN or +-inf: the sparse
+// driver's scan that sends such pixels to the dense rule (operators_sparse.h).
+using NonfiniteScanUkernel = bool (*)(const float* x, size_t rows, size_t x_stride, size_t n);
+
+// ---------------------------------------------------------------------------------------------
 // Register-block sizes (MR x NR) of each ISA's GEMM microkernel, and clustered lane counts.
 constexpr size_t kScalarMR = 4, kScalarNR = 4, kScalarLanes = 4;
 constexpr size_t kAvx2MR = 6, kAvx2NR = 16, kAvx2Lanes = 8;
@@ -502,6 +531,11 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__scalar, f32_resize_linear__sc
 // Winograd F(4x4, 3x3) transforms (winograd_scalar.cc: the matrices applied as written).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input__scalar;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output__scalar;
+// Sparse 1x1 (spmm_scalar.cc): 8 pixels a step, blocks of 1, 2 and 4 rows; fp32, fp16 and codebook values.
+UkernelFunction<SpmmUkernel> f32_spmm_8x1__scalar, f32_spmm_8x2__scalar, f32_spmm_8x4__scalar;
+UkernelFunction<SpmmUkernel> f32_f16w_spmm_8x1__scalar, f32_f16w_spmm_8x2__scalar, f32_f16w_spmm_8x4__scalar;
+UkernelFunction<SpmmUkernel> f32_cbw_spmm_8x1__scalar, f32_cbw_spmm_8x2__scalar, f32_cbw_spmm_8x4__scalar;
+UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan__scalar;
 // qu8 (qu8_scalar.cc).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x4__scalar;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise__scalar;
@@ -533,6 +567,11 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__avx2, f32_resize_linear__avx2
 // Winograd F(4x4, 3x3) transforms (winograd_avx2.cc: 8 channels a step).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input_8c__avx2;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_8c__avx2;
+// Sparse 1x1 (spmm_avx2.cc, AVX2 + FMA + F16C): MR pixels (4 or 2 vectors) x NB rows.
+UkernelFunction<SpmmUkernel> f32_spmm_32x1__avx2, f32_spmm_32x2__avx2, f32_spmm_16x4__avx2;
+UkernelFunction<SpmmUkernel> f32_f16w_spmm_32x1__avx2, f32_f16w_spmm_32x2__avx2, f32_f16w_spmm_16x4__avx2;
+UkernelFunction<SpmmUkernel> f32_cbw_spmm_32x1__avx2, f32_cbw_spmm_32x2__avx2, f32_cbw_spmm_16x4__avx2;
+UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan_32x__avx2;
 // qu8 (qu8_avx2.cc: 8 int32 lanes).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16c4__avx2;
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_4x16c4__avx2;  // vpmaddubsw (the qu8_igemm_narrow slot)
@@ -569,6 +608,14 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__avx512skx, f32_resize_linear_
 // Winograd F(4x4, 3x3) transforms (winograd_avx512.cc: AVX-512 F alone, as the GEMM; 16 channels a step).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input_16c__avx512f;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_16c__avx512f;
+// Sparse 1x1 (spmm_avx512.cc, AVX-512 F + FMA + F16C): MR pixels x NB rows (NB 8 on this level only).
+UkernelFunction<SpmmUkernel> f32_spmm_64x1__avx512f, f32_spmm_64x2__avx512f, f32_spmm_64x4__avx512f,
+    f32_spmm_32x8__avx512f;
+UkernelFunction<SpmmUkernel> f32_f16w_spmm_64x1__avx512f, f32_f16w_spmm_64x2__avx512f, f32_f16w_spmm_64x4__avx512f,
+    f32_f16w_spmm_32x8__avx512f;
+UkernelFunction<SpmmUkernel> f32_cbw_spmm_64x1__avx512f, f32_cbw_spmm_64x2__avx512f, f32_cbw_spmm_64x4__avx512f,
+    f32_cbw_spmm_32x8__avx512f;
+UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan_64x__avx512f;
 // qu8 (qu8_avx512skx.cc: F + BW + DQ + VL, 16 int32 lanes; the GEMM widens to 16 bits).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512skx;
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_8x16c4__avx512skx;  // vpmaddubsw (the qu8_igemm_narrow slot)
@@ -612,6 +659,11 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__neon, f32_resize_linear__neon
 // Winograd F(4x4, 3x3) transforms (winograd_neon.cc: 4 channels a step).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input_4c__neon;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_4c__neon;
+// Sparse 1x1 (spmm_neon.cc): 16 pixels (4 vectors) x NB rows, 8 at NB 4.
+UkernelFunction<SpmmUkernel> f32_spmm_16x1__neon, f32_spmm_16x2__neon, f32_spmm_8x4__neon;
+UkernelFunction<SpmmUkernel> f32_f16w_spmm_16x1__neon, f32_f16w_spmm_16x2__neon, f32_f16w_spmm_8x4__neon;
+UkernelFunction<SpmmUkernel> f32_cbw_spmm_16x1__neon, f32_cbw_spmm_16x2__neon, f32_cbw_spmm_8x4__neon;
+UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan_16x__neon;
 // qu8 (qu8_neon.cc: ARMv8.0, 16-bit widening multiply-accumulate).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16__neon;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__neon;
