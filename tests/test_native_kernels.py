@@ -32,11 +32,12 @@ DRIVER = ROOT / "cpu_native" / "tests" / "kernel_tests.cc"
 CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
-            "nonfinite", "f32_winograd", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_igemm_ukernel", "qu8_depthwise", "qu8_eltwise",
+            "nonfinite", "f32_winograd", "f32_spmm", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_igemm_ukernel", "qu8_depthwise", "qu8_eltwise",
             "qu8_pool", "qu8_lut_concat", "qu8_convert"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "operators_winograd.cc",
+            "operators_sparse.cc", "spmm_scalar.cc",
             "gemm_scalar.cc", "reference_scalar.cc", "qu8_scalar.cc", "winograd_scalar.cc"]
 # Per-file ISA flags, as in CMakeLists.txt: SIMD code only ever runs after runtime dispatch.
 _SKX = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"]
@@ -45,8 +46,10 @@ X86_SIMD = {
     "vector_kernels_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "qu8_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "winograd_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
+    "spmm_avx2.cc": ["-mavx2", "-mfma", "-mf16c"],
     "gemm_avx512.cc": ["-mavx512f", "-mfma", "-mf16c"],  # AVX-512 F alone: f32_igemm_8x32__avx512f
     "winograd_avx512.cc": ["-mavx512f", "-mfma", "-mf16c"],  # AVX-512 F alone, as the GEMM it feeds
+    "spmm_avx512.cc": ["-mavx512f", "-mfma", "-mf16c"],  # AVX-512 F alone: f32_spmm_*__avx512f
     "vector_kernels_avx512.cc": _SKX,
     "qu8_avx512skx.cc": _SKX,
     "qu8_avx512vnni.cc": [*_SKX, "-mavx512vnni"],  # the avx512vnni level's vpdpbusd GEMM
@@ -54,6 +57,7 @@ X86_SIMD = {
     "qu8_avxvnni.cc": ["-mavx2", "-mfma", "-mf16c", "-mavxvnni"],  # the avxvnni level's 256-bit vpdpbusd
 }
 ARM_SIMD = {"gemm_neon.cc": [], "vector_kernels_neon.cc": [], "qu8_neon.cc": [], "winograd_neon.cc": [],
+            "spmm_neon.cc": [],
             # the ARMv8.2-A fp16-arithmetic kernels (neonfp16 level), these files only
             "gemm_neonfp16.cc": ["-march=armv8.2-a+fp16"], "depthwise_neonfp16.cc": ["-march=armv8.2-a+fp16"],
             # the ARMv8.2-A dot-product qu8 GEMM (neondot level)
@@ -87,7 +91,12 @@ EXTENDS = {"avxvnni": ("avx2", {"qu8_igemm", "qu8_igemm_narrow", "qu8_depthwise"
            "neondot": ("neonfp16", {"qu8_igemm"})}
 FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
               "softmax", "clustered_gemv", "clustered_decode", "nnm_gather", "row_norm", "log_softmax", "softmax_axis",
-              "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear", "winograd_input", "winograd_output"}
+              "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear", "winograd_input", "winograd_output",
+              "spmm_f32_nb1", "spmm_f32_nb2", "spmm_f32_nb4", "spmm_f16w_nb1", "spmm_f16w_nb2", "spmm_f16w_nb4",
+              "spmm_cbw_nb1", "spmm_cbw_nb2", "spmm_cbw_nb4", "nonfinite_scan"}
+# The sparse 1x1 kernels of 8-row blocks (the spmm_*_nb8 slots): the AVX-512 levels only.
+SPMM_NB8_SLOTS = {"spmm_f32_nb8", "spmm_f16w_nb8", "spmm_cbw_nb8"}
+SPMM_NB8_LEVELS = {"avx512", "avx512vnni", "avx512amx"}
 F16_SLOTS = {"igemm_f16", "depthwise_f16", "convert_f32_f16"}
 QU8_SLOTS = {"qu8_igemm", "qu8_depthwise", "qu8_maxpool", "qu8_avgpool", "qu8_global_avgpool", "qu8_add", "qu8_mul",
              "qu8_requantize", "qu8_lut"}
@@ -106,6 +115,7 @@ KERNEL_NAME = re.compile(r"^(?:f32|f16|qu8)_[a-z0-9_]+?(?:_(\d+x\d+c\d+|\d+x\d*|
 def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     """``names`` ({slot: kernel}) is what the ``isa`` level's table should hold."""
     assert set(names) == FP32_SLOTS | QU8_SLOTS | (F16_SLOTS if isa in F16_LEVELS else set()) | \
+        (SPMM_NB8_SLOTS if isa in SPMM_NB8_LEVELS else set()) | \
         ({"qu8_igemm_x2"} if isa in QU8_GEMMS_X2 else set()) | \
         ({"qu8_igemm_narrow"} if isa in QU8_GEMMS_NARROW else set()) | \
         ({"qu8_depthwise_narrow"} if isa in QU8_DEPTHWISE_NARROW else set()), (isa, names)
@@ -113,7 +123,9 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     for slot, name in names.items():
         m = KERNEL_NAME.match(name)
         assert m and m[2] in KERNEL_SUFFIXES[isa], f"{isa} {slot}: {name!r} is not <datatype>_<op>_<tile>__<isa>"
-        if m[1] is not None and "igemm" not in slot:  # N elements or channels: whole vectors
+        if slot.startswith("spmm_"):  # MR pixels x NB rows, a register tile like the GEMM's
+            assert m[1] is not None and m[1].endswith(f"x{slot[-1]}"), f"{isa} {slot}: {name!r}"
+        elif m[1] is not None and "igemm" not in slot:  # N elements or channels: whole vectors
             assert isa != "scalar" and int(m[1].rstrip("xc")) % VECTOR_LANES[isa] == 0, f"{isa} {slot}: {name!r}"
     assert names["igemm_f32w"].startswith(f"f32_igemm_{GEMM_TILES[isa]}__"), names["igemm_f32w"]
     assert names["igemm_f16w"].startswith(f"f32_f16w_igemm_{GEMM_TILES[isa]}__"), names["igemm_f16w"]

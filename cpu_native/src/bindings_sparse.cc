@@ -4,6 +4,7 @@
 // raise ValueError with a one-line message (dtypes included: the session converts before calling).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <memory>
 #include <optional>

@@ -12,7 +12,13 @@
 //   Winograd (--winograd, alone): F(4x4, 3x3) against the direct convolution on 3x3 stride-1 layers
 //   (ResNet-18's and others), 1 and 2 threads (--threads N: N only), and what ConvPlan's rule picks;
 //   --cold evicts the caches before each run (the weights then come from memory, as in a network).
-// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N] [--cold]]
+//   Sparse 1x1 (--sparse, alone): sparse_conv1x1 (CHW, unstructured pruning at 50-95%, the packer's
+//   block choice) against the dense fp32 1x1 convolution the session runs (ConvPlan: one GEMM over NHWC)
+//   on MobileNetV2's pointwise shapes, 1 thread (--threads N: N); the ratio per shape and sparsity, the
+//   geometric mean per sparsity and the crossover; the non-finite scan's share of the sparse time; and
+//   the cost of a stored entry per block height (what sparse_block_cost() encodes).
+// Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N] [--cold] |
+//                      --sparse [--threads N]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +32,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
 #include "kernels/operators_qu8.h"
+#include "kernels/operators_sparse.h"
 
 using namespace edgesdk::kernels;
 
@@ -295,11 +302,107 @@ void bench_winograd(const KernelTable* t, bool quick, const std::vector<size_t>&
   }
 }
 
+
+// Sparse 1x1 against the dense one (see the header).
+void bench_sparse(const KernelTable* t, bool quick, size_t threads) {
+  std::printf("sparse 1x1 (CHW, %s / %s / %s) vs dense 1x1 ConvPlan (NHWC, %s), %s, threads=%zu\n",
+              t->names.spmm_f32_nb1, t->names.spmm_f32_nb2, t->names.spmm_f32_nb4, t->names.igemm_f32w, t->name, threads);
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  const double sparsities[] = {0.5, 0.7, 0.8, 0.9, 0.95};
+  constexpr size_t kS = sizeof(sparsities) / sizeof(sparsities[0]);
+  double log_sum[kS] = {}, scan_share = 0;
+  size_t shapes = 0;
+  const double min_time = quick ? 0.03 : 0.15;
+  std::printf("  %-22s %9s", "shape (C->K @ HxW)", "dense ms");
+  for (double sp : sparsities) std::printf("   %2.0f%%: ms  x dense NB", sp * 100);
+  std::printf("   scan\n");
+  for (const ConvShape& s : kQu8Shapes) {
+    if (s.k != 1) continue;
+    const size_t hw = s.h * s.w, c = s.cin, k = s.cout;
+    auto wf = random_vec(k * c, rng), x = random_vec(c * hw, rng), bias = random_vec(k, rng);
+    auto packed = pack_gemm_weights(wf.data(), k, c, WeightLayout::NK, bias.data(), WeightType::F32, t);
+    ConvGeometry g;
+    ConvPlan plan(1, s.h, s.w, c, g, packed);
+    std::vector<float> y(k * hw);
+    const double td = best_seconds([&] { plan.run(x.data(), y.data(), act_clip(0.0f, 6.0f), threads); }, min_time);
+    std::printf("  %4zu->%-4zu @ %3zux%-3zu     %9.3f", c, k, s.h, s.w, td * 1e3);
+    double scan_s = 0, sparse_90 = 0;
+    for (size_t i = 0; i < kS; ++i) {
+      std::vector<int64_t> row_ptr{0};
+      std::vector<int32_t> cols;
+      std::vector<float> vals;
+      for (size_t r = 0; r < k; ++r) {
+        for (size_t ch = 0; ch < c; ++ch)
+          if (u01(rng) >= sparsities[i]) {
+            cols.push_back(static_cast<int32_t>(ch));
+            vals.push_back(wf[r * c + ch]);
+          }
+        row_ptr.push_back(static_cast<int64_t>(cols.size()));
+      }
+      const SparseConv1x1Weights w = pack_sparse_conv1x1(row_ptr.data(), cols.data(), k, c, SpmmValues::F32,
+                                                         vals.data(), nullptr, nullptr, nullptr, 0, 0, bias.data(), 0, t);
+      const double ts = best_seconds([&] { sparse_conv1x1(x.data(), 1, hw, w, y.data(), act_clip(0.0f, 6.0f), threads); },
+                                     min_time);
+      std::printf("   %7.3f %5.2fx %2zu", ts * 1e3, td / ts, w.block);
+      log_sum[i] += std::log(td / ts);
+      if (sparsities[i] == 0.9) sparse_90 = ts;
+    }
+    // The scan alone over the image, as the driver runs it (tile by tile).
+    scan_s = best_seconds([&] {
+      volatile bool any = false;
+      for (size_t p0 = 0; p0 < hw; p0 += t->spmm_tile)
+        any = any | t->nonfinite_scan(x.data() + p0, c, hw, std::min(t->spmm_tile, hw - p0));
+    }, min_time);
+    std::printf("   %4.1f%% of 90%%\n", 100 * scan_s / sparse_90);
+    scan_share += scan_s / sparse_90;
+    ++shapes;
+  }
+  std::printf("  geometric mean of dense/sparse:");
+  double prev_sp = 0, prev_g = 0, crossover = -1;
+  for (size_t i = 0; i < kS; ++i) {
+    const double gm = std::exp(log_sum[i] / static_cast<double>(shapes));
+    std::printf("  %2.0f%% %.2fx", sparsities[i] * 100, gm);
+    if (crossover < 0 && gm >= 1.0)
+      crossover = i == 0 ? sparsities[0] : prev_sp + (sparsities[i] - prev_sp) * (1.0 - prev_g) / (gm - prev_g);
+    prev_sp = sparsities[i];
+    prev_g = gm;
+  }
+  std::printf("\n  crossover (geometric mean = 1, interpolated): %s sparsity; scan: %.1f%% of the 90%% time on average\n",
+              crossover < 0 ? "above 95%" : (std::to_string(static_cast<int>(crossover * 1000 + 0.5) / 10.0).substr(0, 4) + "%").c_str(),
+              100 * scan_share / static_cast<double>(shapes));
+  // Block cost: every row dense (no padding), time per stored entry per block height over NB = 1.
+  std::printf("  block cost (time per stored entry, NB=1 = 1; sparse_block_cost() in parentheses):");
+  const size_t c = 96, k = 96, hw = 28 * 28;
+  auto wf = random_vec(k * c, rng), x = random_vec(c * hw, rng);
+  std::vector<int64_t> row_ptr{0};
+  std::vector<int32_t> cols;
+  std::vector<float> vals;
+  for (size_t r = 0; r < k; ++r) {
+    for (size_t ch = 0; ch < c; ch += 4) {  // 25% density, the same columns in every row
+      cols.push_back(static_cast<int32_t>(ch));
+      vals.push_back(wf[r * c + ch]);
+    }
+    row_ptr.push_back(static_cast<int64_t>(cols.size()));
+  }
+  std::vector<float> y(k * hw);
+  double base = 0;
+  for (size_t nb : sparse_blocks(*t)) {
+    const SparseConv1x1Weights w = pack_sparse_conv1x1(row_ptr.data(), cols.data(), k, c, SpmmValues::F32, vals.data(),
+                                                       nullptr, nullptr, nullptr, 0, 0, nullptr, nb, t);
+    const double ts = best_seconds([&] { sparse_conv1x1(x.data(), 1, hw, w, y.data(), act_none(), 1); }, min_time);
+    const double per_entry = ts / static_cast<double>(w.stored / nb);
+    if (nb == 1) base = per_entry;
+    std::printf(" NB=%zu %.2f (%.2f)", nb, per_entry / base, sparse_block_cost(*t, nb));
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const KernelTable* t = &active_kernels();
-  bool quick = false, qu8 = false, qu8_only = false, winograd = false, cold = false;
+  bool quick = false, qu8 = false, qu8_only = false, winograd = false, cold = false, sparse = false;
   size_t threads_arg = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--isa" && i + 1 < argc) t = &kernels_for(parse_isa(argv[++i]));
@@ -308,7 +411,12 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--qu8-only") qu8 = qu8_only = true;
     if (std::string(argv[i]) == "--winograd") winograd = true;
     if (std::string(argv[i]) == "--cold") cold = true;
+    if (std::string(argv[i]) == "--sparse") sparse = true;
     if (std::string(argv[i]) == "--threads" && i + 1 < argc) threads_arg = std::strtoul(argv[++i], nullptr, 10);
+  }
+  if (sparse) {
+    bench_sparse(t, quick, threads_arg != 0 ? threads_arg : 1);
+    return 0;
   }
   if (winograd) {
     if (threads_arg != 0) bench_winograd(t, quick, {threads_arg}, cold);

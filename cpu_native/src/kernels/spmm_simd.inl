@@ -9,8 +9,9 @@
 // at the bias, every stored entry loads NV vectors of its input channel and multiply-adds them with
 // its NB weights (broadcast), the input pointer then moves by the entry's channel delta. The same
 // pixel tile of the input serves every block in turn, so it stays in L1/L2 while the weights
-// stream. Pixels past the last whole tile take tiles of NV/2, NV/4, ... vectors, then one vector
-// with lane masks (V::load_tail / store_tail).
+// stream. The pixels past the last whole tile take one more pass of as many vectors as they need, the
+// last one with lane masks (V::load_tail / store_tail): every pass streams all of the weights, so a
+// 7 x 7 image (49 pixels) is one pass, not one per power of two.
 
 struct FetchF32 {
   using E = float;
@@ -46,7 +47,8 @@ static inline void spmm_tile(size_t nblocks, const float* x, size_t xs, const Sp
     for (uint32_t j = w.counts[b]; j != 0; --j) {
       T xv[NV];
 #pragma GCC unroll 8
-      for (size_t v = 0; v < NV; ++v) xv[v] = Tail ? V::load_tail(xp, tail, 0.0f) : V::load(xp + v * V::W);
+      for (size_t v = 0; v < NV; ++v)
+        xv[v] = Tail && v == NV - 1 ? V::load_tail(xp + v * V::W, tail, 0.0f) : V::load(xp + v * V::W);
 #pragma GCC unroll 8
       for (size_t r = 0; r < NB; ++r) {
         const T wv = V::set1(F::get(e, r, tables));
@@ -63,28 +65,25 @@ static inline void spmm_tile(size_t nblocks, const float* x, size_t xs, const Sp
       for (size_t v = 0; v < NV; ++v) {
         // Bounds first: max/min return their second operand when either is NaN, so NaN stays NaN.
         const T out = V::min(hi, V::max(lo, acc[r][v]));
-        if (Tail) V::store_tail(yr, out, tail);
+        if (Tail && v == NV - 1) V::store_tail(yr + v * V::W, out, tail);
         else V::store(yr + v * V::W, out);
       }
     }
   }
 }
 
-// mc < 2 * NV * W pixels left: one tile of NV vectors if they fill it, then the halves.
+// 0 < mc <= NV * W pixels left: one pass of div_up(mc, W) vectors, the last one masked if partial.
 template <size_t NB, size_t NV, class F>
 static inline void spmm_rest(size_t mc, size_t nblocks, const float* x, size_t xs, const SpmmBlocks& w, float* y,
                              size_t ys, typename V::T lo, typename V::T hi) {
-  if (mc >= NV * V::W) {
-    spmm_tile<NB, NV, F, false>(nblocks, x, xs, w, y, ys, lo, hi, 0);
-    x += NV * V::W;
-    y += NV * V::W;
-    mc -= NV * V::W;
-  }
   if constexpr (NV > 1) {
-    spmm_rest<NB, NV / 2, F>(mc, nblocks, x, xs, w, y, ys, lo, hi);
-  } else if (mc != 0) {
-    spmm_tile<NB, 1, F, true>(nblocks, x, xs, w, y, ys, lo, hi, mc);
+    if (mc <= (NV - 1) * V::W) {
+      spmm_rest<NB, NV - 1, F>(mc, nblocks, x, xs, w, y, ys, lo, hi);
+      return;
+    }
   }
+  if (mc == NV * V::W) spmm_tile<NB, NV, F, false>(nblocks, x, xs, w, y, ys, lo, hi, 0);
+  else spmm_tile<NB, NV, F, true>(nblocks, x, xs, w, y, ys, lo, hi, mc - (NV - 1) * V::W);
 }
 
 template <size_t NB, size_t NV, class F>
@@ -94,7 +93,7 @@ static void spmm(size_t mc, size_t nblocks, const float* x, size_t xs, const Spm
   constexpr size_t kTile = NV * V::W;
   for (; mc >= kTile; mc -= kTile, x += kTile, y += kTile)
     spmm_tile<NB, NV, F, false>(nblocks, x, xs, *w, y, ys, lo, hi, 0);
-  if (mc != 0) spmm_rest<NB, NV / 2 == 0 ? 1 : NV / 2, F>(mc, nblocks, x, xs, *w, y, ys, lo, hi);
+  if (mc != 0) spmm_rest<NB, NV, F>(mc, nblocks, x, xs, *w, y, ys, lo, hi);
 }
 
 // x * 0 is 0 for finite x and NaN for NaN and +-inf: four independent sums of those (one fused
