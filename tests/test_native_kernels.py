@@ -33,12 +33,13 @@ CACHE = ROOT / "tests" / ".cache" / "kernel_tests"
 
 FAMILIES = {"gemm", "conv", "depthwise", "pool", "eltwise", "activation", "softmax", "clustered", "nnm_gather",
             "nonfinite", "f32_winograd", "f32_spmm", "qu8_requant", "qu8_gemm", "qu8_conv", "qu8_igemm_ukernel", "qu8_depthwise", "qu8_eltwise",
-            "qu8_pool", "qu8_lut_concat", "qu8_convert"}
+            "qu8_pool", "qu8_lut_concat", "qu8_convert", "dwconv_chw", "gavgpool_chw", "transpose"}
 # Levels with fp16-arithmetic kernels (neonfp16) also check these.
 F16_FAMILIES = {"f16_gemm", "f16_conv", "f16_depthwise", "f16_nonfinite"}
 PORTABLE = ["common.cc", "dispatch.cc", "thread_pool.cc", "operators.cc", "operators_qu8.cc", "operators_winograd.cc",
             "operators_sparse.cc", "spmm_scalar.cc",
-            "gemm_scalar.cc", "reference_scalar.cc", "qu8_scalar.cc", "winograd_scalar.cc"]
+            "gemm_scalar.cc", "reference_scalar.cc", "qu8_scalar.cc", "winograd_scalar.cc", "operators_chw.cc",
+            "chw_scalar.cc"]
 # Per-file ISA flags, as in CMakeLists.txt: SIMD code only ever runs after runtime dispatch.
 _SKX = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c"]
 X86_SIMD = {
@@ -93,10 +94,17 @@ FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", 
               "softmax", "clustered_gemv", "clustered_decode", "nnm_gather", "row_norm", "log_softmax", "softmax_axis",
               "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear", "winograd_input", "winograd_output",
               "spmm_f32_nb1", "spmm_f32_nb2", "spmm_f32_nb4", "spmm_f16w_nb1", "spmm_f16w_nb2", "spmm_f16w_nb4",
-              "spmm_cbw_nb1", "spmm_cbw_nb2", "spmm_cbw_nb4", "nonfinite_scan"}
+              "spmm_cbw_nb1", "spmm_cbw_nb2", "spmm_cbw_nb4", "nonfinite_scan",
+              "dwconv_chw", "gavgpool_chw", "transpose_x8", "transpose_f32", "transpose_x64"}
 # The sparse 1x1 kernels of 8-row blocks (the spmm_*_nb8 slots): the AVX-512 levels only.
 SPMM_NB8_SLOTS = {"spmm_f32_nb8", "spmm_f16w_nb8", "spmm_cbw_nb8"}
 SPMM_NB8_LEVELS = {"avx512", "avx512vnni", "avx512amx"}
+# The specialised CHW depthwise kernels (3x3 / 5x5, stride 1 / 2): every SIMD level; the scalar level
+# runs the generic one for every geometry.
+CHW_SLOTS = {"dwconv_chw_3x3s1", "dwconv_chw_3x3s2", "dwconv_chw_5x5s1", "dwconv_chw_5x5s2"}
+# Slots every level fills with the portable kernel (dispatch.cc, base_table): the generic CHW depthwise
+# convolution (odd geometries) and the 1- and 8-byte transposes.
+PORTABLE_SLOTS = {"dwconv_chw", "transpose_x8", "transpose_x64"}
 F16_SLOTS = {"igemm_f16", "depthwise_f16", "convert_f32_f16"}
 QU8_SLOTS = {"qu8_igemm", "qu8_depthwise", "qu8_maxpool", "qu8_avgpool", "qu8_global_avgpool", "qu8_add", "qu8_mul",
              "qu8_requantize", "qu8_lut"}
@@ -109,23 +117,25 @@ QU8_GEMMS_NARROW = {"avx2": "qu8_igemm_narrow_4x16c4__avx2", "avx512": "qu8_igem
 # The vpmaddubsw depthwise convolution for weights whose kernel-row pairs fit int16 (the
 # qu8_depthwise_narrow slot, qu8_ukernels.h): avx2 (avx512's 16-bit pairs already halve its taps).
 QU8_DEPTHWISE_NARROW = {"avx2": "qu8_depthwise_narrow_8c__avx2"}
-KERNEL_NAME = re.compile(r"^(?:f32|f16|qu8)_[a-z0-9_]+?(?:_(\d+x\d+c\d+|\d+x\d*|\d+c))?__([a-z0-9]+)$")
+KERNEL_NAME = re.compile(r"^(?:f32|f16|qu8|x8|x64)_[a-z0-9_]+?(?:_(\d+x\d+c\d+|\d+x\d*|\d+c))?__([a-z0-9]+)$")
 
 
 def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     """``names`` ({slot: kernel}) is what the ``isa`` level's table should hold."""
     assert set(names) == FP32_SLOTS | QU8_SLOTS | (F16_SLOTS if isa in F16_LEVELS else set()) | \
         (SPMM_NB8_SLOTS if isa in SPMM_NB8_LEVELS else set()) | \
+        (CHW_SLOTS if isa != "scalar" else set()) | \
         ({"qu8_igemm_x2"} if isa in QU8_GEMMS_X2 else set()) | \
         ({"qu8_igemm_narrow"} if isa in QU8_GEMMS_NARROW else set()) | \
         ({"qu8_depthwise_narrow"} if isa in QU8_DEPTHWISE_NARROW else set()), (isa, names)
     assert len(set(names.values())) == len(names), f"a kernel name twice in {isa}: {names}"
     for slot, name in names.items():
         m = KERNEL_NAME.match(name)
-        assert m and m[2] in KERNEL_SUFFIXES[isa], f"{isa} {slot}: {name!r} is not <datatype>_<op>_<tile>__<isa>"
+        suffixes = KERNEL_SUFFIXES[isa] | ({"scalar"} if slot in PORTABLE_SLOTS else set())
+        assert m and m[2] in suffixes, f"{isa} {slot}: {name!r} is not <datatype>_<op>_<tile>__<isa>"
         if slot.startswith("spmm_"):  # MR pixels x NB rows, a register tile like the GEMM's
             assert m[1] is not None and m[1].endswith(f"x{slot[-1]}"), f"{isa} {slot}: {name!r}"
-        elif m[1] is not None and "igemm" not in slot:  # N elements or channels: whole vectors
+        elif m[1] is not None and "igemm" not in slot and "transpose" not in slot:  # N elements or channels: whole vectors
             assert isa != "scalar" and int(m[1].rstrip("xc")) % VECTOR_LANES[isa] == 0, f"{isa} {slot}: {name!r}"
     assert names["igemm_f32w"].startswith(f"f32_igemm_{GEMM_TILES[isa]}__"), names["igemm_f32w"]
     assert names["igemm_f16w"].startswith(f"f32_f16w_igemm_{GEMM_TILES[isa]}__"), names["igemm_f16w"]
@@ -137,6 +147,12 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     assert names.get("qu8_depthwise_narrow") == QU8_DEPTHWISE_NARROW.get(isa), names
     for slot in QU8_SLOTS:
         assert names[slot].startswith(f"qu8_{slot[4:]}_"), (slot, names[slot])
+    assert names["dwconv_chw"] == "f32_dwconv2d_chw__scalar", names  # the generic one, on every level
+    for slot in CHW_SLOTS & set(names):
+        assert names[slot].startswith(f"f32_dwconv2d_chw_{slot.split('_')[-1]}__"), (slot, names[slot])
+    if isa != "scalar":  # W x W register tiles
+        lanes = VECTOR_LANES[isa]
+        assert names["transpose_f32"].startswith(f"f32_transpose_{lanes}x{lanes}__"), names["transpose_f32"]
 
 
 def reported_kernel_names(output: str, isa: str) -> dict[str, str]:

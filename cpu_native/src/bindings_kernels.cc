@@ -22,6 +22,7 @@ using namespace edgesdk::bindings;
 
 void register_ops_kernels(py::module_& km);  // bindings_ops.cc
 void register_qu8_kernels(py::module_& km);  // bindings_qu8.cc
+void register_chw_kernels(py::module_& km);  // bindings_chw.cc
 
 namespace {
 
@@ -360,4 +361,8 @@ void register_kernels(py::module_& m) {
 
   register_ops_kernels(km);
   register_qu8_kernels(km);
+  register_chw_kernels(km);
+  // The CHW entry points are also reachable as edgesdk._native.<name> (the session code's spelling).
+  for (const char* name : {"depthwise_conv_chw", "depthwise_chw_kernel", "global_avgpool_chw", "transpose_2d"})
+    m.attr(name) = km.attr(name);
 }

@@ -812,6 +812,8 @@ void nonfinite_compressed(Family& fam, const KernelTable& t) {
   }
 }
 
+void nonfinite_chw(Family& fam, const KernelTable& t);  // with the CHW families below
+
 void test_nonfinite(const KernelTable& t) {
   reseed();
   Family fam{"nonfinite", t.name};
@@ -821,6 +823,7 @@ void test_nonfinite(const KernelTable& t) {
   nonfinite_vector_families(fam, t);
   nonfinite_softmax(fam, t);
   nonfinite_compressed(fam, t);
+  nonfinite_chw(fam, t);
   report(fam);
 }
 
@@ -2372,6 +2375,225 @@ void test_qu8_pool(const KernelTable& t) {
 // The spin/sleep hand-off: thousands of back-to-back jobs (a worker still finishing the previous
 // one when the next is published), jobs after the workers fell asleep, pools that always sleep
 // (spin 0) or always spin, nested calls (inline) and several callers at once (serialised).
+// ---- CHW (planar) kernels -------------------------------------------------------------------------
+// NCHW <-> NHWC of one float tensor (test helper, plain loops).
+std::vector<float> nchw_to_nhwc(const std::vector<float>& x, size_t n, size_t c, size_t hw) {
+  std::vector<float> y(x.size());
+  for (size_t b = 0; b < n; ++b)
+    for (size_t ch = 0; ch < c; ++ch)
+      for (size_t p = 0; p < hw; ++p) y[(b * hw + p) * c + ch] = x[(b * c + ch) * hw + p];
+  return y;
+}
+
+// Depthwise CHW at this level against (1) the generic scalar kernel: the same FMA chain per output,
+// so equal bits before the activation (rtol 0 for the activations that are exact: none, relu,
+// clip, leaky relu), and (2) the NHWC scalar depthwise kernel on transposed data (an independent
+// reference: mul-then-add sums, tolerance). Every specialised window with odd sizes, 1x1 planes,
+// W tails around the vector widths (4, 8, 16 lanes: one, several and partial vectors), pads 0 to
+// K-1 per side (asymmetric), batch 2, multiplier 2 and 3, and generic geometries (dilation,
+// unequal strides, 7x7, 2x3); the input ends at an inaccessible page (an over-read is a SIGSEGV)
+// and the output is followed by canaries. Threads 1 to 3 (3 splits the rows of few planes).
+void test_dwconv_chw(const KernelTable& t) {
+  reseed();
+  Family fam{"dwconv_chw", t.name};
+  struct Case { size_t n, c, h, w, mult; ConvGeometry g; const char* want; };
+  const Case cases[] = {
+      {1, 3, 7, 9, 1, geom(3, 3, 1, 1, 1, 1, 1, 1), "3x3s1"},   {2, 2, 1, 1, 1, geom(3, 3, 1, 1, 1, 1, 1, 1), "3x3s1"},
+      {1, 2, 5, 17, 1, geom(3, 3, 1, 1, 1, 1, 1, 1), "3x3s1"},  {1, 1, 6, 33, 1, geom(3, 3, 1, 1, 0, 0, 0, 0), "3x3s1"},
+      {1, 2, 4, 64, 1, geom(3, 3, 1, 1, 2, 0, 1, 2), "3x3s1"},  {1, 1, 9, 112, 1, geom(3, 3, 1, 1, 1, 1, 1, 1), "3x3s1"},
+      {1, 2, 3, 70, 2, geom(3, 3, 1, 1, 1, 1, 1, 1), "3x3s1"},  {1, 3, 8, 8, 1, geom(3, 3, 2, 1, 1, 1, 1, 1), "3x3s2"},
+      {2, 2, 9, 7, 1, geom(3, 3, 2, 1, 1, 1, 1, 1), "3x3s2"},   {1, 1, 1, 1, 1, geom(3, 3, 2, 1, 1, 1, 1, 1), "3x3s2"},
+      {1, 2, 6, 34, 1, geom(3, 3, 2, 1, 0, 0, 1, 1), "3x3s2"},  {1, 1, 7, 65, 1, geom(3, 3, 2, 1, 2, 2, 0, 1), "3x3s2"},
+      {1, 2, 5, 112, 1, geom(3, 3, 2, 1, 1, 1, 1, 1), "3x3s2"}, {1, 1, 6, 37, 3, geom(3, 3, 2, 1, 1, 1, 1, 1), "3x3s2"},
+      {1, 2, 7, 11, 1, geom(5, 5, 1, 1, 2, 2, 2, 2), "5x5s1"},  {1, 1, 2, 2, 1, geom(5, 5, 1, 1, 2, 2, 2, 2), "5x5s1"},
+      {1, 2, 5, 40, 1, geom(5, 5, 1, 1, 4, 3, 0, 1), "5x5s1"},  {2, 1, 6, 71, 1, geom(5, 5, 1, 1, 2, 2, 2, 2), "5x5s1"},
+      {1, 2, 9, 13, 1, geom(5, 5, 2, 1, 2, 2, 2, 2), "5x5s2"},  {1, 1, 3, 3, 1, geom(5, 5, 2, 1, 2, 2, 2, 2), "5x5s2"},
+      {1, 2, 8, 66, 1, geom(5, 5, 2, 1, 1, 1, 2, 2), "5x5s2"},  {1, 1, 5, 129, 2, geom(5, 5, 2, 1, 2, 2, 2, 2), "5x5s2"},
+      // The generic kernel: dilation, pads past K-1, unequal strides, other windows.
+      {1, 2, 9, 10, 1, geom(3, 3, 1, 2, 2, 2, 2, 2), nullptr},  {1, 3, 8, 9, 2, geom(3, 3, 1, 1, 3, 3, 3, 3), nullptr},
+      {1, 2, 11, 12, 1, geom(7, 7, 1, 1, 3, 3, 3, 3), nullptr}, {2, 2, 6, 7, 1, geom(2, 3, 1, 1, 0, 1, 1, 0), nullptr},
+      {1, 2, 9, 9, 2, geom(3, 3, 3, 1, 1, 1, 1, 1), nullptr},   {1, 1, 5, 5, 1, geom(1, 1, 1, 1, 0, 0, 0, 0), nullptr},
+  };
+  const Activation exact_acts[] = {act_none(), act_relu(), act_clip(-0.25f, 0.5f), act_leaky_relu(0.1f)};
+  size_t index = 0;
+  for (Case cs : cases) {
+    for (size_t ai = 0; ai < 3; ++ai) {
+      ++index;
+      if (index % 5 == 0) { cs.g.stride_w = cs.g.stride_w == 1 && cs.want == nullptr ? 2 : cs.g.stride_w; }
+      const bool exact = ai < 2;
+      const Activation act = exact ? exact_acts[(index + ai) % 4] : kActs[(index + ai) % kActCount];
+      const ConvGeometry& g = cs.g;
+      const size_t oc = cs.c * cs.mult;
+      const size_t oh = conv_output_size(cs.h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+      const size_t ow = conv_output_size(cs.w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+      const size_t in_count = cs.n * cs.c * cs.h * cs.w, out_count = cs.n * oc * oh * ow;
+      GuardedBytes guarded(in_count * sizeof(float));
+      float* x = reinterpret_cast<float*>(guarded.data());
+      const auto xv = random_vec(in_count);
+      std::copy(xv.begin(), xv.end(), x);
+      auto w = random_vec(oc * g.kh * g.kw), b = random_vec(oc);
+      const float* bias = index % 4 == 0 ? nullptr : b.data();
+      const float canary = 12345.0f;
+      std::vector<float> got(out_count + 17, canary), ref(out_count);
+      const size_t threads = 1 + index % 3;
+      const char* name = depthwise_conv_chw(x, cs.n, cs.c, cs.h, cs.w, cs.mult, g, w.data(), bias, got.data(), act,
+                                            threads, &t);
+      depthwise_conv_chw(x, cs.n, cs.c, cs.h, cs.w, cs.mult, g, w.data(), bias, ref.data(), act, 1, &scalar_table());
+      const std::string what = "dwconv_chw " + dims({cs.n, cs.c, cs.h, cs.w, cs.mult, g.kh, g.kw, g.stride_h,
+                                                     g.stride_w, g.dil_h, g.pad_top, g.pad_left, g.pad_bottom,
+                                                     g.pad_right}) + " " + act_name(act.kind) + " " + name;
+      fam.check(what + " vs generic", got.data(), ref.data(), out_count, exact ? 0.0 : 1e-5, exact ? 1e-30 : 0.05);
+      ++fam.cases;
+      for (size_t i = out_count; i < got.size(); ++i)
+        if (got[i] != canary && fam.failure.empty()) fam.failure = what + ": wrote past the output";
+      // The kernel it ran: the specialised one for its window on SIMD levels, the generic one else.
+      const bool special = cs.want != nullptr && g.stride_w == g.stride_h && t.dwconv_chw_3x3s1 != nullptr;
+      const std::string want_name = special ? std::string("f32_dwconv2d_chw_") + cs.want + "__" : "f32_dwconv2d_chw__";
+      ++fam.cases;
+      if (std::string(name).rfind(want_name, 0) != 0 && fam.failure.empty())
+        fam.failure = what + ": ran " + name + ", want " + want_name + "*";
+      // NHWC oracle: weights [KH][KW][OC], output back to CHW.
+      std::vector<float> wn(w.size()), yn(out_count);
+      for (size_t o = 0; o < oc; ++o)
+        for (size_t kk = 0; kk < g.kh * g.kw; ++kk) wn[kk * oc + o] = w[o * g.kh * g.kw + kk];
+      const auto xn = nchw_to_nhwc(xv, cs.n, cs.c, cs.h * cs.w);
+      depthwise_conv(xn.data(), cs.n, cs.h, cs.w, cs.c, cs.mult, g, wn.data(), bias, yn.data(), act, 1, &scalar_table());
+      const auto want = nchw_to_nhwc(got, cs.n, oc, oh * ow);  // got (CHW) as NHWC
+      fam.check(what + " vs nhwc", want.data(), yn.data(), out_count, 1e-5, 0.1);
+    }
+  }
+  report(fam);
+}
+
+// Global average pooling CHW against the scalar kernel and a double sum: hw below, at and past the
+// vector widths and their 4x unroll, 1x1 planes, activations.
+void test_gavgpool_chw(const KernelTable& t) {
+  reseed();
+  Family fam{"gavgpool_chw", t.name};
+  struct Case { size_t n, c, hw; };
+  const Case cases[] = {{1, 1, 1}, {2, 3, 1}, {1, 5, 3}, {1, 17, 7}, {2, 9, 16}, {1, 33, 49}, {1, 4, 64},
+                        {1, 3, 65}, {1, 70, 196}, {2, 2, 12544}};
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    ++index;
+    const Activation act = kActs[index % kActCount];
+    auto x = random_vec(cs.n * cs.c * cs.hw);
+    std::vector<float> got(cs.n * cs.c + 5, 777.0f), ref(cs.n * cs.c);
+    global_avgpool_chw(x.data(), cs.n, cs.c, cs.hw, got.data(), act, 1 + index % 2, &t);
+    global_avgpool_chw(x.data(), cs.n, cs.c, cs.hw, ref.data(), act, 1, &scalar_table());
+    std::vector<double> want(ref.size()), floor(ref.size());
+    for (size_t p = 0; p < ref.size(); ++p) {
+      double s = 0, mag = 0;
+      for (size_t i = 0; i < cs.hw; ++i) s += x[p * cs.hw + i], mag += std::fabs(x[p * cs.hw + i]);
+      want[p] = activate_reference(static_cast<float>(s / static_cast<double>(cs.hw)), act);
+      floor[p] = mag / static_cast<double>(cs.hw) + 1e-3;
+    }
+    const std::string what = "gavgpool_chw " + dims({cs.n, cs.c, cs.hw}) + " " + act_name(act.kind);
+    fam.check(what + " vs double", got.data(), want.data(), ref.size(), 1e-5, floor.data());
+    fam.check(what + " vs scalar", got.data(), ref.data(), ref.size(), 1e-5, 0.05);
+    ++fam.cases;
+    for (size_t i = ref.size(); i < got.size(); ++i)
+      if (got[i] != 777.0f && fam.failure.empty()) fam.failure = what + ": wrote past the output";
+  }
+  report(fam);
+}
+
+// Transposes of 1-, 4- and 8-byte elements: exact, every tile tail (rows and columns 1 to 2 tiles
+// and past), C = 3 image inputs both ways, 1-row / 1-column images, blocks past one cache block,
+// batch, threads; the source ends at an inaccessible page, the destination has canaries; NaN
+// payloads survive (bits are moved).
+template <class E>
+void check_transpose(Family& fam, const KernelTable& t, size_t n, size_t rows, size_t cols, size_t threads) {
+  const size_t count = n * rows * cols;
+  GuardedBytes guarded(count * sizeof(E));
+  E* src = reinterpret_cast<E*>(guarded.data());
+  for (size_t i = 0; i < count; ++i) src[i] = static_cast<E>(rng());
+  std::vector<E> dst(count + 9, static_cast<E>(0x5a));
+  transpose_2d(src, dst.data(), n, rows, cols, sizeof(E), threads, &t);
+  ++fam.cases;
+  for (size_t b = 0; b < n && fam.failure.empty(); ++b)
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j)
+        if (dst[(b * cols + j) * rows + i] != src[(b * rows + i) * cols + j] && fam.failure.empty())
+          fam.failure = "transpose x" + std::to_string(8 * sizeof(E)) + " " + dims({n, rows, cols}) + ": element " +
+                        dims({b, i, j}) + " wrong";
+  for (size_t i = count; i < dst.size(); ++i)
+    if (dst[i] != static_cast<E>(0x5a) && fam.failure.empty())
+      fam.failure = "transpose " + dims({n, rows, cols}) + ": wrote past the output";
+}
+
+void test_transpose(const KernelTable& t) {
+  reseed();
+  Family fam{"transpose", t.name};
+  struct Case { size_t n, rows, cols; };
+  const Case cases[] = {{1, 1, 1},   {1, 1, 37},  {2, 37, 1},   {1, 2, 3},     {1, 3, 50},    {1, 50, 3},
+                        {2, 4, 4},   {1, 8, 8},   {1, 16, 16},  {1, 17, 15},   {1, 31, 33},   {3, 5, 19},
+                        {1, 64, 64}, {1, 65, 130}, {1, 3, 4099}, {1, 4099, 3}, {1, 200, 150}, {2, 96, 49},
+                        {1, 16, 1}};
+  size_t index = 0;
+  for (const Case& cs : cases) {
+    ++index;
+    check_transpose<uint32_t>(fam, t, cs.n, cs.rows, cs.cols, 1 + index % 3);
+    check_transpose<uint8_t>(fam, t, cs.n, cs.rows, cs.cols, 1 + index % 2);
+    check_transpose<uint64_t>(fam, t, cs.n, cs.rows, cs.cols, 1 + index % 2);
+  }
+  {  // NaN payloads and infinities move as bits
+    const size_t rows = 9, cols = 21;
+    std::vector<float> x = random_vec(rows * cols), y(rows * cols);
+    sprinkle(x, 1, 5);
+    uint32_t payload = 0x7fc01234u;
+    std::memcpy(&x[3], &payload, 4);
+    transpose_2d(x.data(), y.data(), 1, rows, cols, 4, 1, &t);
+    ++fam.cases;
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j)
+        if (std::memcmp(&y[j * rows + i], &x[i * cols + j], 4) != 0 && fam.failure.empty())
+          fam.failure = "transpose f32 specials: element " + dims({i, j}) + " changed";
+  }
+  report(fam);
+}
+
+// NaN, +inf and -inf in the CHW depthwise input (against the generic scalar kernel: equal bits,
+// NaN for NaN) and in global average pooling (against a double sum).
+void nonfinite_chw(Family& fam, const KernelTable& t) {
+  struct DwCase { size_t c, h, w; ConvGeometry g; };
+  const DwCase cases[] = {{3, 7, 19, geom(3, 3, 1, 1, 1, 1, 1, 1)}, {2, 9, 35, geom(3, 3, 2, 1, 1, 1, 1, 1)},
+                          {2, 6, 23, geom(5, 5, 1, 1, 2, 2, 2, 2)}, {2, 8, 40, geom(5, 5, 2, 1, 2, 2, 2, 2)},
+                          {2, 6, 9, geom(3, 3, 1, 2, 2, 2, 2, 2)}};
+  for (const DwCase& cs : cases)
+    for (const Activation& act : kActs) {
+      const size_t oh = conv_output_size(cs.h, cs.g.kh, cs.g.stride_h, 1 * cs.g.dil_h, cs.g.pad_top, cs.g.pad_bottom);
+      const size_t ow = conv_output_size(cs.w, cs.g.kw, cs.g.stride_w, cs.g.dil_w, cs.g.pad_left, cs.g.pad_right);
+      auto x = random_vec(cs.c * cs.h * cs.w), w = random_vec(cs.c * cs.g.kh * cs.g.kw), b = random_vec(cs.c);
+      sprinkle(x, 2, 29);
+      x[0] = kNaN;                          // a corner: reached by padded windows
+      x[cs.h * cs.w - 1] = kInf;            // the other corner
+      std::vector<float> got(cs.c * oh * ow), want(got.size());
+      depthwise_conv_chw(x.data(), 1, cs.c, cs.h, cs.w, 1, cs.g, w.data(), b.data(), got.data(), act, 2, &t);
+      depthwise_conv_chw(x.data(), 1, cs.c, cs.h, cs.w, 1, cs.g, w.data(), b.data(), want.data(), act, 1,
+                         &scalar_table());
+      fam.check("nonfinite dwconv_chw " + dims({cs.c, cs.h, cs.w, cs.g.kh, cs.g.stride_h}) + " " + act_name(act.kind),
+                got.data(), want.data(), got.size(), 1e-5, 0.05);
+    }
+  for (size_t hw : {3, 17, 70}) {
+    auto x = random_vec(3 * hw);
+    sprinkle(x, 1, 23);
+    std::vector<float> got(3);
+    global_avgpool_chw(x.data(), 1, 3, hw, got.data(), act_none(), 1, &t);
+    std::vector<double> want(3), floor(3);
+    for (size_t p = 0; p < 3; ++p) {
+      double s = 0, mag = 0;
+      for (size_t i = 0; i < hw; ++i) {
+        s += x[p * hw + i];
+        mag += std::isfinite(x[p * hw + i]) ? std::fabs(x[p * hw + i]) : 0.0;
+      }
+      want[p] = s / static_cast<double>(hw);
+      floor[p] = mag / static_cast<double>(hw);
+    }
+    fam.check("nonfinite gavgpool_chw hw=" + std::to_string(hw), got.data(), want.data(), 3, 1e-5, floor.data());
+  }
+}
+
 void test_pool_handoff(Family& fam) {
   const auto expect = [&](bool ok, const std::string& what) {
     ++fam.cases;
@@ -2486,6 +2708,9 @@ int main(int argc, char** argv) {
     if (g_only.empty() || g_only == "test_qu8_lut_concat") test_qu8_lut_concat(t);
     if (g_only.empty() || g_only == "test_qu8_pool") test_qu8_pool(t);
     if (g_only.empty() || g_only == "test_qu8_convert") test_qu8_convert(t);
+    if (g_only.empty() || g_only == "test_dwconv_chw") test_dwconv_chw(t);
+    if (g_only.empty() || g_only == "test_gavgpool_chw") test_gavgpool_chw(t);
+    if (g_only.empty() || g_only == "test_transpose") test_transpose(t);
     if (t.has_f16_arith()) {
       if (g_only.empty() || g_only == "test_f16_gemm") test_f16_gemm(t);
       if (g_only.empty() || g_only == "test_f16_conv") test_f16_conv(t);

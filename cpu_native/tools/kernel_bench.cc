@@ -17,8 +17,12 @@
 //   on MobileNetV2's pointwise shapes, 1 thread (--threads N: N); the ratio per shape and sparsity, the
 //   geometric mean per sparsity and the crossover; the non-finite scan's share of the sparse time; and
 //   the cost of a stored entry per block height (what sparse_block_cost() encodes).
+//   CHW (--chw, alone): the CHW depthwise kernels (depthwise_conv_chw) against the NHWC ones
+//   (depthwise_conv) on MobileNetV2's depthwise layers (224 x 224) and MobileNetV3's 5x5 ones, 1 thread
+//   (--threads N: N), ReLU6 fused; CHW global average pooling against NHWC; the f32 transpose
+//   (NCHW -> NHWC and back) against a plain loop.
 // Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N] [--cold] |
-//                      --sparse [--threads N]]
+//                      --sparse [--threads N] | --chw [--threads N]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -400,9 +404,80 @@ void bench_sparse(const KernelTable* t, bool quick, size_t threads) {
 
 }  // namespace
 
+// ---- CHW (--chw) ---------------------------------------------------------------------------------
+void bench_chw(const KernelTable* t, bool quick, size_t threads) {
+  std::mt19937 rng(11);
+  const double min_total = quick ? 0.05 : 0.3;
+  struct DwShape {
+    const char* net;
+    size_t c, h, k, stride;
+  };
+  const DwShape shapes[] = {
+      {"mbv2", 32, 112, 3, 1},  {"mbv2", 96, 112, 3, 2}, {"mbv2", 144, 56, 3, 1}, {"mbv2", 144, 56, 3, 2},
+      {"mbv2", 192, 28, 3, 1},  {"mbv2", 192, 28, 3, 2}, {"mbv2", 384, 14, 3, 1}, {"mbv2", 576, 14, 3, 1},
+      {"mbv2", 576, 14, 3, 2},  {"mbv2", 960, 7, 3, 1},  {"mbv3", 72, 56, 5, 2},  {"mbv3", 120, 28, 5, 1},
+      {"mbv3", 240, 28, 5, 1},  {"mbv3", 480, 14, 5, 1}, {"mbv3", 672, 14, 5, 2}, {"mbv3", 960, 7, 5, 1},
+  };
+  std::printf("isa: %s, %zu thread(s); depthwise CHW vs NHWC (%s), ReLU6 fused\n", t->name, threads, t->names.depthwise);
+  std::printf("%-5s %-14s %-34s %10s %10s %8s %8s\n", "net", "layer", "chw kernel", "chw us", "nhwc us", "chw GF/s",
+              "nhwc/chw");
+  double total_chw = 0, total_nhwc = 0;
+  for (const DwShape& s : shapes) {
+    ConvGeometry g;
+    g.kh = g.kw = s.k;
+    g.stride_h = g.stride_w = s.stride;
+    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = s.k / 2;
+    const size_t oh = conv_output_size(s.h, s.k, s.stride, 1, s.k / 2, s.k / 2);
+    auto x = random_vec(s.c * s.h * s.h, rng), w = random_vec(s.c * s.k * s.k, rng), b = random_vec(s.c, rng);
+    std::vector<float> y(s.c * oh * oh);
+    const Activation act = act_clip(0.0f, 6.0f);
+    const char* name = nullptr;
+    const double sc = best_seconds([&] {
+      name = depthwise_conv_chw(x.data(), 1, s.c, s.h, s.h, 1, g, w.data(), b.data(), y.data(), act, threads, t);
+    }, min_total);
+    const double sn = best_seconds([&] {
+      depthwise_conv(x.data(), 1, s.h, s.h, s.c, 1, g, w.data(), b.data(), y.data(), act, threads, t);
+    }, min_total);
+    total_chw += sc;
+    total_nhwc += sn;
+    char layer[64];
+    std::snprintf(layer, sizeof layer, "%zu@%zu %zux%zu s%zu", s.c, s.h, s.k, s.k, s.stride);
+    std::printf("%-5s %-14s %-34s %10.1f %10.1f %8.2f %8.2f\n", s.net, layer, name, sc * 1e6, sn * 1e6,
+                2.0 * s.c * oh * oh * s.k * s.k / sc * 1e-9, sn / sc);
+  }
+  std::printf("total: chw %.1f us, nhwc %.1f us: nhwc/chw %.2f\n", total_chw * 1e6, total_nhwc * 1e6,
+              total_nhwc / total_chw);
+  for (const auto& [c, hw] : {std::pair<size_t, size_t>{1280, 49}, {960, 49}, {576, 49}, {64, 3136}}) {
+    auto x = random_vec(c * hw, rng);
+    std::vector<float> y(c);
+    const double sc = best_seconds([&] { global_avgpool_chw(x.data(), 1, c, hw, y.data(), act_none(), threads, t); },
+                                   min_total);
+    const double sn = best_seconds([&] { global_avgpool(x.data(), 1, hw, c, y.data(), act_none(), threads, t); },
+                                   min_total);
+    std::printf("global avgpool %zu x %zu: chw %.2f us, nhwc %.2f us\n", c, hw, sc * 1e6, sn * 1e6);
+  }
+  struct TShape {
+    size_t c, h, w;
+  };
+  for (const TShape& s : {TShape{32, 112, 112}, TShape{96, 56, 56}, TShape{3, 224, 224}, TShape{1280, 7, 7},
+                          TShape{16, 1, 1}, TShape{64, 56, 56}}) {
+    const size_t hw = s.h * s.w;
+    auto x = random_vec(s.c * hw, rng);
+    std::vector<float> y(x.size());
+    const double st = best_seconds([&] { transpose_2d(x.data(), y.data(), 1, s.c, hw, 4, threads, t); }, min_total);
+    const double sb = best_seconds([&] { transpose_2d(y.data(), x.data(), 1, hw, s.c, 4, threads, t); }, min_total);
+    const double sl = best_seconds([&] {
+      for (size_t j = 0; j < hw; ++j)
+        for (size_t i = 0; i < s.c; ++i) y[j * s.c + i] = x[i * hw + j];
+    }, min_total);
+    std::printf("transpose %zux%zux%zu (%s): nchw->nhwc %.1f us (%.1f GB/s), nhwc->nchw %.1f us, naive loop %.1f us\n",
+                s.c, s.h, s.w, t->names.transpose_f32, st * 1e6, 2.0 * 4 * x.size() / st * 1e-9, sb * 1e6, sl * 1e6);
+  }
+}
+
 int main(int argc, char** argv) {
   const KernelTable* t = &active_kernels();
-  bool quick = false, qu8 = false, qu8_only = false, winograd = false, cold = false, sparse = false;
+  bool quick = false, qu8 = false, qu8_only = false, winograd = false, cold = false, sparse = false, chw = false;
   size_t threads_arg = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--isa" && i + 1 < argc) t = &kernels_for(parse_isa(argv[++i]));
@@ -412,7 +487,12 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--winograd") winograd = true;
     if (std::string(argv[i]) == "--cold") cold = true;
     if (std::string(argv[i]) == "--sparse") sparse = true;
+    if (std::string(argv[i]) == "--chw") chw = true;
     if (std::string(argv[i]) == "--threads" && i + 1 < argc) threads_arg = std::strtoul(argv[++i], nullptr, 10);
+  }
+  if (chw) {
+    bench_chw(t, quick, threads_arg != 0 ? threads_arg : 1);
+    return 0;
   }
   if (sparse) {
     bench_sparse(t, quick, threads_arg != 0 ? threads_arg : 1);

@@ -29,6 +29,10 @@ constexpr KernelTable base_table(Isa isa, const char* name, size_t mr, size_t nr
   t.clustered_lanes = lanes;
   t.clustered_table_min = table_min;
   t.clustered_nibbles = nibbles;
+  // Portable on every level: the generic CHW depthwise convolution and the 1- and 8-byte transposes.
+  EDGESDK_SET(t, dwconv_chw, f32_dwconv2d_chw__scalar);
+  EDGESDK_SET(t, transpose_x8, x8_transpose__scalar);
+  EDGESDK_SET(t, transpose_x64, x64_transpose__scalar);
   return t;
 }
 
@@ -76,6 +80,8 @@ constexpr KernelTable scalar_table() {
   EDGESDK_SET(t, spmm_cbw_nb2, f32_cbw_spmm_8x2__scalar);
   EDGESDK_SET(t, spmm_cbw_nb4, f32_cbw_spmm_8x4__scalar);
   EDGESDK_SET(t, nonfinite_scan, f32_nonfinite_scan__scalar);
+  EDGESDK_SET(t, gavgpool_chw, f32_gavgpool_chw__scalar);
+  EDGESDK_SET(t, transpose_f32, f32_transpose__scalar);
   set_qu8_gemm(t, kScalarQu8MR, kScalarQu8NR, 1, Qu8Layout::KMajor, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x4__scalar);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise__scalar);
@@ -128,6 +134,12 @@ constexpr KernelTable avx2_table() {
   EDGESDK_SET(t, spmm_cbw_nb2, f32_cbw_spmm_32x2__avx2);
   EDGESDK_SET(t, spmm_cbw_nb4, f32_cbw_spmm_16x4__avx2);
   EDGESDK_SET(t, nonfinite_scan, f32_nonfinite_scan_32x__avx2);
+  EDGESDK_SET(t, dwconv_chw_3x3s1, f32_dwconv2d_chw_3x3s1__avx2);
+  EDGESDK_SET(t, dwconv_chw_3x3s2, f32_dwconv2d_chw_3x3s2__avx2);
+  EDGESDK_SET(t, dwconv_chw_5x5s1, f32_dwconv2d_chw_5x5s1__avx2);
+  EDGESDK_SET(t, dwconv_chw_5x5s2, f32_dwconv2d_chw_5x5s2__avx2);
+  EDGESDK_SET(t, gavgpool_chw, f32_gavgpool_chw__avx2);
+  EDGESDK_SET(t, transpose_f32, f32_transpose_8x8__avx2);
   set_qu8_gemm(t, kAvx2Qu8MR, kAvx2Qu8NR, 4, Qu8Layout::C4Split16, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16c4__avx2);
   EDGESDK_SET(t, qu8_igemm_narrow, qu8_igemm_narrow_4x16c4__avx2);
@@ -206,6 +218,12 @@ constexpr KernelTable avx512_table() {
   EDGESDK_SET(t, spmm_cbw_nb4, f32_cbw_spmm_64x4__avx512f);
   EDGESDK_SET(t, spmm_cbw_nb8, f32_cbw_spmm_32x8__avx512f);
   EDGESDK_SET(t, nonfinite_scan, f32_nonfinite_scan_64x__avx512f);
+  EDGESDK_SET(t, dwconv_chw_3x3s1, f32_dwconv2d_chw_3x3s1__avx512skx);
+  EDGESDK_SET(t, dwconv_chw_3x3s2, f32_dwconv2d_chw_3x3s2__avx512skx);
+  EDGESDK_SET(t, dwconv_chw_5x5s1, f32_dwconv2d_chw_5x5s1__avx512skx);
+  EDGESDK_SET(t, dwconv_chw_5x5s2, f32_dwconv2d_chw_5x5s2__avx512skx);
+  EDGESDK_SET(t, gavgpool_chw, f32_gavgpool_chw__avx512skx);
+  EDGESDK_SET(t, transpose_f32, f32_transpose_16x16__avx512skx);
   set_qu8_gemm(t, kAvx512Qu8MR, kAvx512Qu8NR, 4, Qu8Layout::C4Split16, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_8x16c4__avx512skx);
   EDGESDK_SET(t, qu8_igemm_narrow, qu8_igemm_narrow_8x16c4__avx512skx);
@@ -279,6 +297,12 @@ constexpr KernelTable neon_table() {
   EDGESDK_SET(t, spmm_cbw_nb2, f32_cbw_spmm_16x2__neon);
   EDGESDK_SET(t, spmm_cbw_nb4, f32_cbw_spmm_8x4__neon);
   EDGESDK_SET(t, nonfinite_scan, f32_nonfinite_scan_16x__neon);
+  EDGESDK_SET(t, dwconv_chw_3x3s1, f32_dwconv2d_chw_3x3s1__neon);
+  EDGESDK_SET(t, dwconv_chw_3x3s2, f32_dwconv2d_chw_3x3s2__neon);
+  EDGESDK_SET(t, dwconv_chw_5x5s1, f32_dwconv2d_chw_5x5s1__neon);
+  EDGESDK_SET(t, dwconv_chw_5x5s2, f32_dwconv2d_chw_5x5s2__neon);
+  EDGESDK_SET(t, gavgpool_chw, f32_gavgpool_chw__neon);
+  EDGESDK_SET(t, transpose_f32, f32_transpose_4x4__neon);
   set_qu8_gemm(t, kNeonQu8MR, kNeonQu8NR, 1, Qu8Layout::KMajor, false);
   EDGESDK_SET(t, qu8_igemm, qu8_igemm_4x16__neon);
   EDGESDK_SET(t, qu8_depthwise, qu8_depthwise_8c__neon);

@@ -33,6 +33,7 @@ enum class Isa { Scalar, Avx2, AvxVnni, Avx512, Avx512Vnni, Avx512Amx, Neon, Neo
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
   X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(winograd_input) X(winograd_output) \
+  X(dwconv_chw) X(dwconv_chw_3x3s1) X(dwconv_chw_3x3s2) X(dwconv_chw_5x5s1) X(dwconv_chw_5x5s2) X(gavgpool_chw) X(transpose_x8) X(transpose_f32) X(transpose_x64) \
   X(spmm_f32_nb1) X(spmm_f32_nb2) X(spmm_f32_nb4) X(spmm_f32_nb8) X(spmm_f16w_nb1) X(spmm_f16w_nb2) X(spmm_f16w_nb4)   \
   X(spmm_f16w_nb8) X(spmm_cbw_nb1) X(spmm_cbw_nb2) X(spmm_cbw_nb4) X(spmm_cbw_nb8) X(nonfinite_scan) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_depthwise_narrow) X(qu8_maxpool)   \
   X(qu8_avgpool) X(qu8_global_avgpool) X(qu8_add) X(qu8_mul) X(qu8_requantize) X(qu8_lut)
@@ -91,6 +92,13 @@ struct KernelTable {
   SpmmUkernel spmm_f16w_nb1, spmm_f16w_nb2, spmm_f16w_nb4, spmm_f16w_nb8;
   SpmmUkernel spmm_cbw_nb1, spmm_cbw_nb2, spmm_cbw_nb4, spmm_cbw_nb8;
   NonfiniteScanUkernel nonfinite_scan;
+  // CHW kernels (ukernels.h): the generic depthwise convolution (the scalar one on every level) and
+  // the specialised ones for the MobileNet/EfficientNet windows (any padding up to KH-1 / KW-1;
+  // null on the scalar level, which runs the generic one), global average pooling, transposes.
+  DwChwUkernel dwconv_chw;
+  DwChwUkernel dwconv_chw_3x3s1, dwconv_chw_3x3s2, dwconv_chw_5x5s1, dwconv_chw_5x5s2;
+  GavgpoolChwUkernel gavgpool_chw;
+  TransposeUkernel transpose_x8, transpose_f32, transpose_x64;
   // qu8 (ukernels.h, "Quantized uint8"): the GEMM's tile, its reduction step KR (the packed
   // weights' K per kernel position is rounded up to it), packed layout, and whether it takes
   // activations as x ^ 0x80 (signed dot products: the packed bias compensates).

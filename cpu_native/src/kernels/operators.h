@@ -167,6 +167,27 @@ void depthwise_conv(const float* input, size_t n, size_t h, size_t w, size_t c, 
                     const Activation& act, size_t threads, const KernelTable* t = nullptr,
                     bool f16_arith = false);
 
+// ---------------------------------------------------------------------------------------------
+// CHW (planar) operators (operators_chw.cc; ukernels.h, "CHW (planar) kernels").
+// Depthwise convolution CHW: input [N][C][H][W], weights [C*m][KH][KW], bias [C*m] or null, output
+// [N][C*m][OH][OW]. Threads split the output planes, and the rows of each plane when there are too
+// few planes for the threads. Returns the name of the kernel that ran.
+const char* depthwise_conv_chw(const float* input, size_t n, size_t c, size_t h, size_t w, size_t multiplier,
+                               const ConvGeometry& g, const float* weights, const float* bias, float* output,
+                               const Activation& act, size_t threads, const KernelTable* t = nullptr);
+// The kernel (and its name) depthwise_conv_chw runs for a geometry: the table's specialised one for
+// 3x3 / 5x5 windows, stride 1 or 2 in both directions, dilation 1 and every pad at most K - 1
+// (padding is masked, so asymmetric pads are fine); the generic one otherwise.
+DwChwUkernel depthwise_chw_kernel(const ConvGeometry& g, const KernelTable& t, const char** name);
+// Mean over each of the N*C planes of hw values: input [N][C][hw], output [N][C].
+void global_avgpool_chw(const float* input, size_t n, size_t c, size_t hw, float* output, const Activation& act,
+                        size_t threads, const KernelTable* t = nullptr);
+// dst[b] = src[b]^T for b < n: src [n][rows][cols], dst [n][cols][rows], elements of elem_size
+// bytes (1, 4 or 8): NCHW <-> NHWC is rows = C, cols = H*W or back. Cache-blocked; threads split
+// the blocks. A 1-row or 1-column image is a plain copy.
+void transpose_2d(const void* src, void* dst, size_t n, size_t rows, size_t cols, size_t elem_size, size_t threads,
+                  const KernelTable* t = nullptr);
+
 // Pooling NHWC (dilation in g is honoured; padding never wins a max).
 enum class PoolKind { Max, Average };
 void pool2d(PoolKind kind, const float* input, size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g,

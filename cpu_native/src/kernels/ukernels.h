@@ -81,6 +81,42 @@ using GlobalAvgPoolUkernel = void (*)(const float* x, size_t pixels, size_t c, s
                                       float* y, const Activation* act);
 
 // ---------------------------------------------------------------------------------------------
+// CHW (planar) kernels: a network whose 1x1 convolutions run on planes (sparse 1x1 kernels read a
+// whole [C][H*W] activation as a K x N matrix) stays in CHW between them, so its depthwise
+// convolutions and global average pooling need planar forms too, and the layout conversions at the
+// edges of a CHW run need a fast transpose.
+//
+// Depthwise convolution, CHW: input [N][C][H][W], weights [C*m][KH][KW], bias [C*m] or null,
+// output [N][C*m][OH][OW]; output channel oc reads input channel oc / m. The kernel computes output
+// rows [row_begin, row_end) of one output plane, plane = b * C*m + oc. Every output is
+//   act(fma(x_t, w_t, ... fma(x_0, w_0, bias)))  over its in-bounds taps t in (ky, kx) order,
+// one fused multiply-add a tap from the bias (0 without one). The specialised SIMD kernels read a
+// padding tap as 0 and add 0 * w, which leaves the sum unchanged (w finite), so they and the
+// generic scalar kernel give the same bits before the activation (ukernels.h's activation
+// post-processing may then differ in the last bits for the transcendental kinds).
+struct DwChwArgs {
+  const float* input;
+  const float* weights;
+  const float* bias;
+  float* output;
+  size_t n, c, h, w, multiplier;
+  size_t kh, kw, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+  size_t oh, ow;
+  Activation act;
+};
+using DwChwUkernel = void (*)(const DwChwArgs* args, size_t plane, size_t row_begin, size_t row_end);
+
+// Global average pooling, CHW: y[p] = act(mean of the hw values of plane p) for `planes`
+// consecutive planes of x ([planes][hw]).
+using GavgpoolChwUkernel = void (*)(const float* x, size_t planes, size_t hw, float* y, const Activation* act);
+
+// 2-D transpose of one block: dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows,
+// j < cols (strides in elements; the element size is the kernel's: x8, f32 (any 32-bit), x64).
+// The drivers cut an image into cache-sized blocks; the kernels step in SIMD tiles with tails.
+using TransposeUkernel = void (*)(const void* src, size_t src_stride, void* dst, size_t dst_stride, size_t rows,
+                                  size_t cols);
+
+// ---------------------------------------------------------------------------------------------
 // Element-wise binary op over rows of C values: y = act(a op b).
 enum class BinaryOp : uint8_t { Add, Sub, Mul };
 enum class Broadcast : uint8_t { None /*b is [rows][C]*/, PerChannel /*b is [C]*/, Scalar /*b is [1]*/ };
@@ -536,6 +572,11 @@ UkernelFunction<SpmmUkernel> f32_spmm_8x1__scalar, f32_spmm_8x2__scalar, f32_spm
 UkernelFunction<SpmmUkernel> f32_f16w_spmm_8x1__scalar, f32_f16w_spmm_8x2__scalar, f32_f16w_spmm_8x4__scalar;
 UkernelFunction<SpmmUkernel> f32_cbw_spmm_8x1__scalar, f32_cbw_spmm_8x2__scalar, f32_cbw_spmm_8x4__scalar;
 UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan__scalar;
+// CHW kernels (chw_scalar.cc): the generic depthwise convolution (every geometry), global average
+// pooling, and blocked transposes of 1-, 4- and 8-byte elements.
+UkernelFunction<DwChwUkernel> f32_dwconv2d_chw__scalar;
+UkernelFunction<GavgpoolChwUkernel> f32_gavgpool_chw__scalar;
+UkernelFunction<TransposeUkernel> x8_transpose__scalar, f32_transpose__scalar, x64_transpose__scalar;
 // qu8 (qu8_scalar.cc).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x4__scalar;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise__scalar;
@@ -572,6 +613,11 @@ UkernelFunction<SpmmUkernel> f32_spmm_32x1__avx2, f32_spmm_32x2__avx2, f32_spmm_
 UkernelFunction<SpmmUkernel> f32_f16w_spmm_32x1__avx2, f32_f16w_spmm_32x2__avx2, f32_f16w_spmm_16x4__avx2;
 UkernelFunction<SpmmUkernel> f32_cbw_spmm_32x1__avx2, f32_cbw_spmm_32x2__avx2, f32_cbw_spmm_16x4__avx2;
 UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan_32x__avx2;
+// CHW kernels (chw_simd.inl in vector_kernels_avx2.cc: 8 outputs of a row a step, 8x8 transpose tiles).
+UkernelFunction<DwChwUkernel> f32_dwconv2d_chw_3x3s1__avx2, f32_dwconv2d_chw_3x3s2__avx2;
+UkernelFunction<DwChwUkernel> f32_dwconv2d_chw_5x5s1__avx2, f32_dwconv2d_chw_5x5s2__avx2;
+UkernelFunction<GavgpoolChwUkernel> f32_gavgpool_chw__avx2;
+UkernelFunction<TransposeUkernel> f32_transpose_8x8__avx2;
 // qu8 (qu8_avx2.cc: 8 int32 lanes).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16c4__avx2;
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_4x16c4__avx2;  // vpmaddubsw (the qu8_igemm_narrow slot)
@@ -616,6 +662,11 @@ UkernelFunction<SpmmUkernel> f32_f16w_spmm_64x1__avx512f, f32_f16w_spmm_64x2__av
 UkernelFunction<SpmmUkernel> f32_cbw_spmm_64x1__avx512f, f32_cbw_spmm_64x2__avx512f, f32_cbw_spmm_64x4__avx512f,
     f32_cbw_spmm_32x8__avx512f;
 UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan_64x__avx512f;
+// CHW kernels (chw_simd.inl in vector_kernels_avx512.cc: 16 outputs a step, 16x16 transpose tiles).
+UkernelFunction<DwChwUkernel> f32_dwconv2d_chw_3x3s1__avx512skx, f32_dwconv2d_chw_3x3s2__avx512skx;
+UkernelFunction<DwChwUkernel> f32_dwconv2d_chw_5x5s1__avx512skx, f32_dwconv2d_chw_5x5s2__avx512skx;
+UkernelFunction<GavgpoolChwUkernel> f32_gavgpool_chw__avx512skx;
+UkernelFunction<TransposeUkernel> f32_transpose_16x16__avx512skx;
 // qu8 (qu8_avx512skx.cc: F + BW + DQ + VL, 16 int32 lanes; the GEMM widens to 16 bits).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_8x16c4__avx512skx;
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_narrow_8x16c4__avx512skx;  // vpmaddubsw (the qu8_igemm_narrow slot)
@@ -664,6 +715,11 @@ UkernelFunction<SpmmUkernel> f32_spmm_16x1__neon, f32_spmm_16x2__neon, f32_spmm_
 UkernelFunction<SpmmUkernel> f32_f16w_spmm_16x1__neon, f32_f16w_spmm_16x2__neon, f32_f16w_spmm_8x4__neon;
 UkernelFunction<SpmmUkernel> f32_cbw_spmm_16x1__neon, f32_cbw_spmm_16x2__neon, f32_cbw_spmm_8x4__neon;
 UkernelFunction<NonfiniteScanUkernel> f32_nonfinite_scan_16x__neon;
+// CHW kernels (chw_simd.inl in vector_kernels_neon.cc: 4 outputs a step, 4x4 transpose tiles).
+UkernelFunction<DwChwUkernel> f32_dwconv2d_chw_3x3s1__neon, f32_dwconv2d_chw_3x3s2__neon;
+UkernelFunction<DwChwUkernel> f32_dwconv2d_chw_5x5s1__neon, f32_dwconv2d_chw_5x5s2__neon;
+UkernelFunction<GavgpoolChwUkernel> f32_gavgpool_chw__neon;
+UkernelFunction<TransposeUkernel> f32_transpose_4x4__neon;
 // qu8 (qu8_neon.cc: ARMv8.0, 16-bit widening multiply-accumulate).
 UkernelFunction<Qu8IgemmUkernel> qu8_igemm_4x16__neon;
 UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__neon;

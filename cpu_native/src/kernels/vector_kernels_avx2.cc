@@ -12,6 +12,7 @@ namespace {
 
 #include "kernels/vector_kernels.inl"
 #include "kernels/vector_ops.inl"
+#include "kernels/chw_simd.inl"
 
 // ---- clustered ------------------------------------------------------------------------------
 // Lane words, L = 8: one ymm load = 8 words; field f of every word is shifted down in step.
@@ -256,6 +257,19 @@ void f32_clustered_decode__avx2(const uint32_t* w, size_t wpr, const float* t, u
     case 7: clustered_decode_bits<7>(w, wpr, t, out); break;
     default: clustered_decode_bits<8>(w, wpr, t, out); break;
   }
+}
+
+
+// CHW kernels (chw_simd.inl).
+void f32_dwconv2d_chw_3x3s1__avx2(const DwChwArgs* a, size_t p, size_t b, size_t e) { dwconv_chw_impl<3, 1>(a, p, b, e); }
+void f32_dwconv2d_chw_3x3s2__avx2(const DwChwArgs* a, size_t p, size_t b, size_t e) { dwconv_chw_impl<3, 2>(a, p, b, e); }
+void f32_dwconv2d_chw_5x5s1__avx2(const DwChwArgs* a, size_t p, size_t b, size_t e) { dwconv_chw_impl<5, 1>(a, p, b, e); }
+void f32_dwconv2d_chw_5x5s2__avx2(const DwChwArgs* a, size_t p, size_t b, size_t e) { dwconv_chw_impl<5, 2>(a, p, b, e); }
+void f32_gavgpool_chw__avx2(const float* x, size_t planes, size_t hw, float* y, const Activation* act) {
+  gavgpool_chw_impl(x, planes, hw, y, act);
+}
+void f32_transpose_8x8__avx2(const void* s, size_t ss, void* d, size_t ds, size_t rows, size_t cols) {
+  transpose_f32_impl(s, ss, d, ds, rows, cols);
 }
 
 }  // namespace edgesdk::kernels

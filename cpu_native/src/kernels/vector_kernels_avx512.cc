@@ -69,6 +69,7 @@ struct V {
 
 #include "kernels/vector_kernels.inl"
 #include "kernels/vector_ops.inl"
+#include "kernels/chw_simd.inl"
 
 // ---- clustered ------------------------------------------------------------------------------
 // Lane words, L = 16. <= 4 bits: one 16-entry permute (table repeated for narrower codes);
@@ -230,6 +231,33 @@ void f32_clustered_decode__avx512skx(const uint32_t* w, size_t wpr, const float*
     case 7: clustered_decode_bits<7>(w, wpr, t, out); break;
     default: clustered_decode_bits<8>(w, wpr, t, out); break;
   }
+}
+
+
+// CHW kernels (chw_simd.inl). Rows of at most 8 outputs (the 7x7 planes of a network's last stage)
+// would fill under half of a 16-lane vector: the 8-lane AVX2 kernel wastes less there (960 planes
+// of 7x7, 3x3 s1: 46 us against 60 us; every AVX-512 CPU has AVX2), and its sums are the same bits.
+void f32_dwconv2d_chw_3x3s1__avx512skx(const DwChwArgs* a, size_t p, size_t b, size_t e) {
+  if (a->ow <= 8) return f32_dwconv2d_chw_3x3s1__avx2(a, p, b, e);  // see above
+  dwconv_chw_impl<3, 1>(a, p, b, e);
+}
+void f32_dwconv2d_chw_3x3s2__avx512skx(const DwChwArgs* a, size_t p, size_t b, size_t e) {
+  if (a->ow <= 8) return f32_dwconv2d_chw_3x3s2__avx2(a, p, b, e);  // see above
+  dwconv_chw_impl<3, 2>(a, p, b, e);
+}
+void f32_dwconv2d_chw_5x5s1__avx512skx(const DwChwArgs* a, size_t p, size_t b, size_t e) {
+  if (a->ow <= 8) return f32_dwconv2d_chw_5x5s1__avx2(a, p, b, e);  // see above
+  dwconv_chw_impl<5, 1>(a, p, b, e);
+}
+void f32_dwconv2d_chw_5x5s2__avx512skx(const DwChwArgs* a, size_t p, size_t b, size_t e) {
+  if (a->ow <= 8) return f32_dwconv2d_chw_5x5s2__avx2(a, p, b, e);  // see above
+  dwconv_chw_impl<5, 2>(a, p, b, e);
+}
+void f32_gavgpool_chw__avx512skx(const float* x, size_t planes, size_t hw, float* y, const Activation* act) {
+  gavgpool_chw_impl(x, planes, hw, y, act);
+}
+void f32_transpose_16x16__avx512skx(const void* s, size_t ss, void* d, size_t ds, size_t rows, size_t cols) {
+  transpose_f32_impl(s, ss, d, ds, rows, cols);
 }
 
 }  // namespace edgesdk::kernels
