@@ -44,6 +44,13 @@ struct PyConvPlan {
   size_t n, h, w, c;
 };
 
+// Clustered convolution plan holding (a reference to) its packed weights.
+struct PyClusteredConvPlan {
+  std::shared_ptr<k::ClusteredWeights> weights;
+  k::ClusteredConvPlan plan;
+  size_t n, h, w, c;
+};
+
 }  // namespace
 
 #define ACT_ARGS py::arg("act") = "none", py::arg("alpha") = py::none(), py::arg("beta") = py::none()
@@ -332,6 +339,42 @@ void register_kernels(py::module_& m) {
     k::clustered_gemm(xp, m, w.k, w, op, w.n, ac, threads);
   }, py::arg("x"), py::arg("w"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
      "out[M, N] = act(x @ W.T + bias) with W looked up from the codebook in registers.");
+
+  py::class_<PyClusteredConvPlan>(km, "ClusteredConvPlan")
+      .def(py::init([](std::shared_ptr<k::ClusteredWeights> w, std::vector<size_t> input_shape,
+                       std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
+                       std::pair<size_t, size_t> dilation, std::vector<size_t> pads) {
+             if (input_shape.size() != 4) throw py::value_error("input_shape must be (N, H, W, C)");
+             const k::ConvGeometry g = make_geometry(kernel, stride, dilation, pads);
+             if (w->k != g.kh * g.kw * input_shape[3])
+               throw py::value_error("clustered weights have " + std::to_string(w->k) + " columns, the geometry needs "
+                                     "KH*KW*C = " + std::to_string(g.kh * g.kw * input_shape[3]));
+             return new PyClusteredConvPlan{w, k::ClusteredConvPlan(input_shape[0], input_shape[1], input_shape[2],
+                                                                    input_shape[3], g, *w),
+                                            input_shape[0], input_shape[1], input_shape[2], input_shape[3]};
+           }),
+           py::arg("w"), py::arg("input_shape"), py::arg("kernel"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
+           py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
+           "Plan for an NHWC KxK convolution with clustered weights (pack_clustered of the (O, KH*KW*C) index "
+           "matrix in (kh, kw, c) column order), fed from an indirection buffer: no padded copy, no im2col. "
+           "One plan per arena (it caches the indirection for the input address it last saw).")
+      .def_property_readonly("output_shape", [](const PyClusteredConvPlan& p) {
+        return std::vector<size_t>{p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n};
+      })
+      .def_property_readonly("indirection_bytes", [](const PyClusteredConvPlan& p) { return p.plan.indirection_bytes(); },
+                             "Bytes of the indirection buffer and its zero row (0 before the first run).")
+      .def_property_readonly("panel_bytes", [](const PyClusteredConvPlan& p) { return p.plan.panel_bytes(); },
+                             "Bytes of the decoded weight panel each running thread holds.")
+      .def("run", [](PyClusteredConvPlan& p, const py::array& x, py::array& out, const std::string& act,
+                     std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+        expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
+        expect_shape(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out");
+        const float* xp = in_f32(x, "x");
+        float* op = out_f32(out, "out");
+        const k::Activation ac = make_act(act, alpha, beta);
+        py::gil_scoped_release release;
+        p.plan.run(xp, op, ac, threads);
+      }, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
 
   km.def("nnm_gather", [](const py::array& cent, const py::array& assign, std::optional<py::array> bias, py::array& out,
                           const std::string& act, std::optional<float> alpha, std::optional<float> beta, size_t threads) {

@@ -211,8 +211,10 @@ class SparseCSR(Encoding):
             return values.dtype
         return _FLOAT32
 
-    def decode(self) -> np.ndarray:
-        rows, cols, row_ptr = self.rows, self.cols, self.row_ptr
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each entry's row and absolute column (int64 arrays of ``entries``), fillers included:
+        what a sparse kernel needs, without the dense matrix."""
+        rows, row_ptr = self.rows, self.row_ptr
         e = int(row_ptr[-1])
         _check(1 <= self.delta_bits <= 16 and self.deltas.size >= packed_nbytes(e, self.delta_bits),
                "delta stream too short")
@@ -220,8 +222,16 @@ class SparseCSR(Encoding):
         entry_row = np.repeat(np.arange(rows), np.diff(row_ptr))
         running = np.concatenate([[0], np.cumsum(deltas)])
         col = running[1:] - running[row_ptr[:-1]][entry_row]
-        _check(e == 0 or (col.min() >= 0 and col.max() < cols), "column index out of range")
-        dense = np.zeros((rows, cols), dtype=self.dtype)
+        _check(e == 0 or (col.min() >= 0 and col.max() < self.cols), "column index out of range")
+        return entry_row, col
+
+    def entry_values(self) -> np.ndarray:
+        """Each entry's value (fillers: 0.0), raw or through the codebook, in :attr:`dtype`."""
+        return self._entry_values(np.repeat(np.arange(self.rows), np.diff(self.row_ptr)))
+
+    def decode(self) -> np.ndarray:
+        entry_row, col = self.columns()
+        dense = np.zeros((self.rows, self.cols), dtype=self.dtype)
         dense[entry_row, col] = self._entry_values(entry_row)
         return dense.reshape(self.shape)
 

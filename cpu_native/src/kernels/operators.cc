@@ -550,6 +550,73 @@ void clustered_gemm(const float* x, size_t m, size_t ldx, const ClusteredWeights
   });
 }
 
+ClusteredConvPlan::ClusteredConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g,
+                                     const ClusteredWeights& weights)
+    : n_(n), h_(h), w_(w), c_(c), g_(g), weights_(&weights) {
+  oh_ = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  ow_ = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  require(c > 0 && weights.k == g.kh * g.kw * c, "ClusteredConvPlan: clustered weights K != KH*KW*C");
+  zero_ = AlignedBuffer<float>(c);
+  std::memset(zero_.data(), 0, c * sizeof(float));
+}
+
+size_t ClusteredConvPlan::panel_bytes() const { return weights_->k * weights_->table->gemm_nr * sizeof(float); }
+
+void ClusteredConvPlan::run(const float* input, float* output, const Activation& act, size_t threads) {
+  const ClusteredWeights& w = *weights_;
+  const KernelTable& t = *w.table;
+  const size_t mr = t.gemm_mr, nr = t.gemm_nr, ks = g_.kh * g_.kw;
+  if (input != built_input_ || indirection_.empty()) {
+    fill_indirection<float>(indirection_, input, c_, zero_.data(), mr, n_, h_, w_, oh_, ow_, g_);
+    built_input_ = input;
+  }
+  const size_t pixels = n_ * oh_ * ow_;
+  if (pixels == 0 || w.n == 0) return;
+  const size_t tiles = div_up(pixels, mr), panels = div_up(w.n, nr);
+  // Each unit decodes its panel once, so units are whole panels (all tiles) when there are
+  // enough of them to feed the threads; otherwise the tiles are cut into as many chunks as it
+  // takes. A decode costs about 1/(2 * pixels in the unit) of the unit's multiply-adds.
+  const size_t want_units = threads > 1 ? 4 * threads : 1;
+  const size_t chunks = panels >= want_units ? 1 : min_size(tiles, div_up(want_units, panels));
+  const size_t tiles_per_chunk = div_up(tiles, chunks);
+  const MinMax clamp = clamp_part(act);
+  const bool post = needs_post_pass(act);
+  const float* const* ind = indirection_.data();
+  parallel_for(panels * chunks, threads, [&](size_t begin, size_t end) {
+    AlignedBuffer<float> panel(w.k * nr);
+    AlignedBuffer<float> rows(nr * w.padded_k);
+    for (size_t unit = begin; unit < end; ++unit) {
+      const size_t p = unit / chunks, chunk = unit % chunks;
+      const size_t ncur = min_size(nr, w.n - p * nr);
+      // The panel's rows decoded one after another (the SIMD row decoder), then turned into
+      // [ks][C][NR] (= [K][NR], K in (kh, kw, c) order) in blocks of 16 columns: a column-at-a-time
+      // scatter touched a new cache line per value and cost more than the GEMM on 7x7 layers.
+      for (size_t j = 0; j < ncur; ++j) {
+        const size_t r = p * nr + j;
+        t.clustered_decode(w.words.data() + r * w.words_per_row, w.words_per_row,
+                           w.tables.data() + (w.per_row ? r * w.table_size : 0), w.bits, w.nibbles,
+                           rows.data() + j * w.padded_k);
+      }
+      for (size_t j = ncur; j < nr; ++j) std::memset(rows.data() + j * w.padded_k, 0, w.k * sizeof(float));
+      for (size_t k0 = 0; k0 < w.k; k0 += 16) {
+        const size_t k1 = min_size(w.k, k0 + 16);
+        for (size_t kk = k0; kk < k1; ++kk) {
+          float* dst = panel.data() + kk * nr;
+          for (size_t j = 0; j < nr; ++j) dst[j] = rows[j * w.padded_k + kk];
+        }
+      }
+      const size_t t0 = chunk * tiles_per_chunk, t1 = min_size(tiles, t0 + tiles_per_chunk);
+      for (size_t tile = t0; tile < t1; ++tile) {
+        const size_t mcur = min_size(mr, pixels - tile * mr);
+        float* ct = output + tile * mr * w.n + p * nr;
+        t.igemm_f32w(mcur, ncur, c_, ks, ind + tile * ks * mr, panel.data(), w.bias.data() + p * nr, ct, w.n,
+                     kGemmFinal, &clamp);
+        if (post) post_activate(t, ct, w.n, mcur, ncur, act);
+      }
+    }
+  });
+}
+
 void nnm_gather(const float* cent, size_t pixels, size_t cent_stride, size_t groups, size_t kc,
                 const int32_t* assign, size_t k, const float* bias, float* out, size_t out_stride,
                 const Activation& act, size_t threads, const KernelTable* t) {

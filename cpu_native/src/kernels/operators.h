@@ -233,6 +233,31 @@ ClusteredWeights pack_clustered_f16(const uint8_t* indices, unsigned bits, size_
 void clustered_gemm(const float* x, size_t m, size_t ldx, const ClusteredWeights& w, float* y, size_t ldy,
                     const Activation& act, size_t threads);
 
+// Clustered KxK convolution, NHWC, fed from an indirection buffer as ConvPlan's indirect GEMM is:
+// no padded copy of the input and no im2col (KH*KW times the input). Weights are clustered with
+// K = KH*KW*C columns in (kh, kw, c) order. A unit of work decodes one NR-row panel into the
+// igemm layout [KH*KW][C][NR] (per thread, in L2) and multiplies it against its pixel tiles, so
+// the only per-call memory beyond the output is that panel and the indirection buffer (made
+// once per plan and input address; one plan per arena, as ConvPlan).
+class ClusteredConvPlan {
+ public:
+  ClusteredConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const ClusteredWeights& weights);
+  size_t out_h() const { return oh_; }
+  size_t out_w() const { return ow_; }
+  size_t indirection_bytes() const { return indirection_.size() * sizeof(float*) + zero_.size() * sizeof(float); }
+  // The decoded panel one thread holds while it works: KH*KW*C*NR floats.
+  size_t panel_bytes() const;
+  void run(const float* input, float* output, const Activation& act, size_t threads);
+
+ private:
+  size_t n_, h_, w_, c_, oh_, ow_;
+  ConvGeometry g_;
+  const ClusteredWeights* weights_;
+  std::vector<const float*> indirection_;
+  AlignedBuffer<float> zero_;
+  const float* built_input_ = nullptr;
+};
+
 // NNM gather-accumulate (seed 003): out[p][k] = act(bias[k] + sum_g cent[p][g*kc + assign[g][k]]).
 // groups = 1 is the shared reading (one assignment map); groups > 1 the per-input-channel one.
 void nnm_gather(const float* cent, size_t pixels, size_t cent_stride, size_t groups, size_t kc,

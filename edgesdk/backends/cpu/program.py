@@ -53,6 +53,12 @@ def same_bytes_in_both_layouts(shape: tuple[int, ...]) -> bool:
     return len(shape) != 4 or shape[1] == 1 or shape[2] * shape[3] == 1
 
 
+def reads_chw(b: "Builder", name: str) -> bool:
+    """``name`` is stored NCHW (a sparse 1x1 layer wrote it) and the two orders differ: a step
+    with a CHW kernel (depthwise, global pooling) should run in CHW rather than convert it."""
+    return b.stored_layout(name) == NCHW and not same_bytes_in_both_layouts(b.shape(name))
+
+
 def storage_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     if layout == NHWC:
         n, c, h, w = shape

@@ -13,8 +13,10 @@ What runs compressed and what does not:
   activations to fp16 (as the reference policy stores them) and multiply in half, summing in fp32.
 - Clustered (Conv groups=1, Gemm): native clustered GEMV/GEMM on the packed indices.
 - NNM: centroid convolution / GEMM plus the native gather-accumulate.
-- SparseCSR: there is no native sparse kernel; the layer is decoded to a dense matrix once, at
-  session creation, and runs through the dense GEMM (recorded as such in the step notes).
+- SparseCSR 1x1 convolutions (stride 1, no padding) at or above the level's crossover sparsity
+  (``lower/conv.py``): the native sparse-times-dense kernel in CHW layout, fed from the CSR
+  stream (:func:`sparse_operands`). Other pruned layers are decoded to a dense matrix once, at
+  session creation, and run through the dense kernels (recorded as such in the step notes).
 - Depthwise / grouped convolutions with clustered or NNM weights: no clustered depthwise kernel
   exists, so those (small) weights are decoded once at session creation, also recorded.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...compress.bitpack import unpack_bits
 from ...compress.encodings import NNM, Clustered, DenseFP16, SparseCSR
 from ...graph import Graph, Tensor
 from ...runtime.precision import round_to_storage
@@ -42,7 +45,8 @@ def stored_matrix(tensor: Tensor) -> tuple[np.ndarray, str]:
     if isinstance(enc, DenseFP16):
         return enc.values.reshape(enc.shape), "dense fp16"
     if isinstance(enc, SparseCSR):
-        return enc.decode(), f"{enc.describe()} decoded to dense at session creation (no native sparse kernel)"
+        return enc.decode(), (f"{enc.describe()} decoded to dense at session creation (the sparse kernel takes "
+                              "1x1 stride-1 convolutions at or above the level's crossover sparsity)")
     return enc.decode(), f"{enc.describe()} decoded at session creation (no compressed kernel for this layer shape)"
 
 
@@ -111,6 +115,25 @@ def pack_clustered(kernels, enc: Clustered, bias: np.ndarray | None, precision: 
         book = book.astype(np.float32) * np.float32(scale)
     book = np.ascontiguousarray(for_precision(book, precision))
     return kernels.pack_clustered(clustered_indices(enc, conv_kernel), enc.bits, enc.rows, enc.cols, book, bias)
+
+
+def sparse_operands(enc: SparseCSR, precision: str) -> dict:
+    """The CSR stream as ``pack_sparse_conv1x1`` takes it: row pointers, absolute columns and the
+    values (fp32 / fp16) or codebook indices of the real non-zeros (fillers dropped), never the
+    dense matrix. fp16 sessions store fp32 values as half, as the dense path does."""
+    entry_row, col = enc.columns()
+    if enc.codebook is None:
+        values = np.asarray(enc.values)
+        keep = values != 0
+        stored = {"values": np.ascontiguousarray(for_precision(values[keep], precision))}
+    else:
+        idx = unpack_bits(enc.indices, enc.value_bits, enc.entries).astype(np.uint8)
+        keep = idx != 0  # index 0 is the fillers' exact zero
+        book = np.ascontiguousarray(round_to_storage(enc.codebook.astype(np.float32), precision), np.float32)
+        stored = {"values": None, "indices": np.ascontiguousarray(idx[keep]), "codebook": book}
+    counts = np.bincount(entry_row[keep], minlength=enc.rows)
+    row_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return {"row_ptr": row_ptr, "cols": np.ascontiguousarray(col[keep], np.int32), **stored}
 
 
 def nnm_assignment(enc: NNM) -> np.ndarray:

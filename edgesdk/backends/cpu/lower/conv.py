@@ -1,15 +1,16 @@
 """The cpu lowering of the conv family (``edgesdk/ops/conv.py``): Conv: dense (indirect GEMM), depthwise, grouped, k-means clustered and NNM weights."""
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from ....compress.encodings import NNM, Clustered
+from ....compress.encodings import NNM, Clustered, SparseCSR
 from ....graph import Node
+from ....native import active_isa
 from .. import weights as W
-from ..program import NHWC, Builder, Runner, Slot, Views
+from ..program import NCHW, NHWC, Builder, Runner, Views, reads_chw
 from .base import POST_PASS_ACTIVATIONS, NO_ACT, fused_act, native_kernels, then_activate, fallback, lowering
 
 
@@ -38,6 +39,8 @@ def conv(node: Node, b: Builder) -> None:
         return _conv_clustered(node, b, enc, bias)
     if group == 1 and isinstance(enc, NNM):
         return _conv_nnm(node, b, enc, bias)
+    if group == 1 and isinstance(enc, SparseCSR) and _runs_sparse(node, enc):
+        return _conv_sparse(node, b, enc, bias)
     if group == channels and wt.shape[1] == 1 and group > 1:
         return _conv_depthwise(node, b, bias)
     if group > 1:
@@ -63,17 +66,80 @@ def conv(node: Node, b: Builder) -> None:
     b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads), kind)
 
 
+# -- sparse 1x1 convolutions in CHW ----------------------------------------------------------------
+# The sparsity from which the sparse kernel beats the dense 1x1 GEMM on a level, measured on
+# MobileNetV2's pointwise shapes at 1 thread (`kernel_bench --sparse`, README: Sparse inference).
+# Levels not listed inherit the one below them (avxvnni runs avx2's fp32 kernels, and so on).
+SPARSE_CROSSOVER = {"scalar": 0.5, "avx2": 0.6, "avx512": 0.7, "neon": 0.7}
+_SPARSE_LEVEL = {"avxvnni": "avx2", "avx512vnni": "avx512", "avx512amx": "avx512", "neonfp16": "neon",
+                 "neondot": "neon"}
+
+
+def sparse_crossover(isa: str | None = None) -> float:
+    """The sparsity at or above which a pruned 1x1 convolution runs sparse on ``isa`` (the
+    running level by default). EDGESDK_CPU_SPARSE=0 never runs sparse, =1 always does (every
+    qualifying pruned layer, for tests and measurements)."""
+    mode = os.environ.get("EDGESDK_CPU_SPARSE", "auto")
+    if mode == "0":
+        return float("inf")
+    if mode == "1":
+        return 0.0
+    isa = isa or active_isa()
+    return SPARSE_CROSSOVER[_SPARSE_LEVEL.get(isa, isa)]
+
+
+def _sparsity(enc: SparseCSR) -> float:
+    return 1.0 - enc.nnz / max(1, enc.rows * enc.cols)
+
+
+def _runs_sparse(node: Node, enc: SparseCSR) -> bool:
+    """A pruned float 1x1 convolution with stride 1 and no padding, sparse enough for this level."""
+    a = node.attrs
+    return (tuple(enc.shape[2:]) == (1, 1) and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
+            and enc.dtype == np.float32 and _sparsity(enc) >= sparse_crossover())
+
+
+def _conv_sparse(node: Node, b: Builder, enc: SparseCSR, bias: np.ndarray | None) -> None:
+    """Y (K, HW) = W (K, C) X (C, HW) per image, W from the CSR stream, in CHW layout: the output
+    stays NCHW, and the depthwise / pooling / elementwise steps that follow keep it there."""
+    k = native_kernels()
+    packed = k.pack_sparse_conv1x1(**W.sparse_operands(enc, b.precision), bias=bias, input_channels=enc.cols)
+    x = b.read(node.inputs[0], NCHW)
+    y = b.write(node.outputs[0], NCHW)
+    act, threads = fused_act(node), b.threads_for(node)
+    note = (f"sparse 1x1 (CHW), {enc.describe()}, {packed.value_kind} values, blocks of {packed.block}, "
+            f"{packed.kernel_name}")
+    b.emit(node, "native", lambda v: partial(k.sparse_conv1x1, v[x], packed, v[y], *act, threads), note)
+
+
 def _conv_depthwise(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     k = native_kernels()
     wt = b.graph.tensors[node.inputs[1]]
     matrix, how = W.stored_matrix(wt)
+    geometry, act, threads = _conv_geometry(node), fused_act(node), b.threads_for(node)
+    if reads_chw(b, node.inputs[0]):
+        kernel = k.depthwise_chw_kernel(*wt.shape[2:], geometry["stride"], geometry["dilation"], geometry["pads"],
+                                        wt.shape[0] // b.shape(node.inputs[0])[1])
+        if "generic" not in kernel:  # the scalar generic kernel loses to a conversion + NHWC
+            return _conv_depthwise_chw(node, b, bias, W.as_fp32(matrix[:, 0], b.precision), how, kernel)
     dw = W.as_fp32(matrix[:, 0].transpose(1, 2, 0), b.precision)  # (KH, KW, C*multiplier)
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
-    geometry, act, threads = _conv_geometry(node), fused_act(node), b.threads_for(node)
     b.emit(node, "native", lambda v: partial(
         k.depthwise_conv, v[x], dw, bias, v[y], geometry["stride"], geometry["dilation"], geometry["pads"],
         *act, threads, fp16_arith=b.precision == "fp16"), f"depthwise, {how}")
+
+
+def _conv_depthwise_chw(node: Node, b: Builder, bias: np.ndarray | None, dw: np.ndarray, how: str,
+                        kernel: str) -> None:
+    """Depthwise convolution on CHW planes (weights (C*multiplier, KH, KW)), NCHW in and out."""
+    k = native_kernels()
+    x = b.read(node.inputs[0], NCHW)
+    y = b.write(node.outputs[0], NCHW)
+    geometry, act, threads = _conv_geometry(node), fused_act(node), b.threads_for(node)
+    b.emit(node, "native", lambda v: partial(
+        k.depthwise_conv_chw, v[x], dw, bias, v[y], geometry["stride"], geometry["dilation"], geometry["pads"],
+        *act, threads), f"depthwise (CHW), {how}, {kernel}")
 
 
 def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
@@ -113,44 +179,10 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     b.emit(node, "native", bind, f"{group} groups, {how}")
 
 
-class _Im2col:
-    """(pixels, KH*KW*C) rows of NHWC windows for the clustered GEMM; padding goes through a
-    zero-bordered copy of the input per arena (its border is written once)."""
-
-    def __init__(self, node: Node, b: Builder, x: Slot) -> None:
-        a = node.attrs
-        n, h, w, c = x.storage_shape
-        (self.kh, self.kw), (self.sh, self.sw), (self.dh, self.dw) = (
-            tuple(b.graph.tensors[node.inputs[1]].shape[2:]), a["strides"], a["dilations"])
-        self.top, self.left, bottom, right = a["pads"]
-        _, _, self.oh, self.ow = b.shape(node.outputs[0])
-        self.padded_shape = (n, h + self.top + bottom, w + self.left + right, c) if any(a["pads"]) else None
-        self.cols = b.scratch((n * self.oh * self.ow, self.kh * self.kw * c))
-        self.x, self.h, self.w = x, h, w
-
-    def bind(self, v: Views) -> tuple[Runner, np.ndarray]:
-        src, cols = v[self.x], v[self.cols]
-        if self.padded_shape is not None:
-            padded = np.zeros(self.padded_shape, np.float32)  # per arena: runs in flight write it
-            interior = padded[:, self.top:self.top + self.h, self.left:self.left + self.w]
-            fill = partial(np.copyto, interior, src)
-            src = padded
-        else:
-            fill = None
-        n, _, _, c = src.shape
-        s0, s1, s2, s3 = src.strides
-        windows = as_strided(src, (n, self.oh, self.ow, self.kh, self.kw, c),
-                             (s0, s1 * self.sh, s2 * self.sw, s1 * self.dh, s2 * self.dw, s3), writeable=False)
-        gather = partial(np.copyto, cols.reshape(windows.shape), windows)
-
-        def run() -> None:
-            if fill is not None:
-                fill()
-            gather()
-        return run, cols
-
-
 def _conv_clustered(node: Node, b: Builder, enc: Clustered, bias: np.ndarray | None) -> None:
+    """Clustered weights stay indices: 1x1 stride-1 layers run the clustered GEMM on the input
+    pixels, the others a ClusteredConvPlan (an indirection buffer into the input, one decoded
+    weight panel per thread: no padded copy, no im2col)."""
     k = native_kernels()
     kernel = tuple(b.graph.tensors[node.inputs[1]].shape[2:])
     packed = W.pack_clustered(k, enc, bias, b.precision, conv_kernel=kernel)
@@ -158,21 +190,15 @@ def _conv_clustered(node: Node, b: Builder, enc: Clustered, bias: np.ndarray | N
     y = b.write(node.outputs[0], NHWC)
     a = node.attrs
     direct = kernel == (1, 1) and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
-    im2col = None if direct else _Im2col(node, b, x)
     act, threads, o = fused_act(node), b.threads_for(node), enc.rows
-
-    def bind(v: Views) -> Runner:
-        out = v[y].reshape(-1, o)
-        if im2col is None:
-            return partial(k.clustered_gemm, v[x].reshape(-1, v[x].shape[-1]), packed, out, *act, threads)
-        gather, cols = im2col.bind(v)
-        gemm = partial(k.clustered_gemm, cols, packed, out, *act, threads)
-
-        def run() -> None:
-            gather()
-            gemm()
-        return run
-    b.emit(node, "native", bind, f"clustered {enc.describe()} GEMM{'' if direct else ' over im2col'}")
+    if direct:
+        b.emit(node, "native", lambda v: partial(k.clustered_gemm, v[x].reshape(-1, v[x].shape[-1]), packed,
+                                                 v[y].reshape(-1, o), *act, threads),
+               f"clustered {enc.describe()} GEMM")
+        return
+    new_plan = partial(k.ClusteredConvPlan, packed, list(x.storage_shape), kernel, **_conv_geometry(node))
+    b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads),
+           f"clustered {enc.describe()} indirect conv")
 
 
 def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None:

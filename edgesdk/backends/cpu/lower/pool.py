@@ -7,7 +7,7 @@ import numpy as np
 
 from ....graph import Node
 from ....ops.geometry import pool_sweep
-from ..program import NHWC, Builder
+from ..program import NCHW, NHWC, Builder, reads_chw
 from .base import fused_act, native_kernels, then_activate, fallback, lowering
 
 
@@ -52,9 +52,14 @@ def global_pool(node: Node, b: Builder) -> None:
     if len(shape) != 4:
         return fallback(node, b, "global pooling over a rank other than 4")
     n, c = shape[:2]
+    act, threads = fused_act(node), b.threads_for(node)
+    if node.op == "GlobalAveragePool" and reads_chw(b, node.inputs[0]):
+        x, y = b.read(node.inputs[0], NCHW), b.write(node.outputs[0], NCHW)
+        b.emit(node, "native", lambda v: partial(k.global_avgpool_chw, v[x], v[y].reshape(n, c), *act, threads),
+               "global average (CHW)")
+        return
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
-    act, threads = fused_act(node), b.threads_for(node)
     if node.op == "GlobalAveragePool":
         b.emit(node, "native", lambda v: partial(k.global_avg_pool, v[x], v[y].reshape(n, c), *act, threads),
                "global average")

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Compressed weights on the cpu backend (issue 15), each run against the dense model in the
+same process, in interleaved blocks (order reversed every other round, a pause before each).
+
+    python tools/bench_compressed_cpu.py sparse [--models mobilenet_v2 ...] [--prune 0.9]
+                                                [--threads 1 2] [--rounds 3] [--min-time 2] [--size 224]
+    python tools/bench_compressed_cpu.py clustered [--bits 4] [--threads 1 2] [--rounds 3] [--min-time 1]
+
+``sparse``: a pruned model (``edgesdk pack --prune P``) three ways:
+- ``sparse``: as the session runs it by default (1x1 layers at or above the level's crossover
+  sparsity on the sparse CHW kernels, the depthwise layers between them in CHW);
+- ``dense``: the same graph with ``EDGESDK_CPU_SPARSE=0`` (every pruned layer decoded to dense
+  at session creation, the path sessions took before the sparse kernels);
+- ``ort``: ONNX Runtime on the decoded model exported as ONNX (it has no sparse kernels).
+One JSON line per (model, threads): medians in ms, ``dense / sparse`` (the issue's target:
+>= 1.3x on MobileNetV2 at --prune 0.9), ``ort / sparse``, the largest sparse-vs-dense output
+difference relative to the output's scale (target <= 1e-5), and how many Conv steps ran sparse
+and how many depthwise steps in CHW. The per-layer kernel comparison (sparse vs dense 1x1 on
+MobileNetV2's shapes, per sparsity) is ``kernel_bench --sparse``.
+
+``clustered``: ResNet-18's 3x3 convolutions at 224x224 (+ReLU), k-means clustered at --bits
+per layer, on the ClusteredConvPlan (indirection buffer, no im2col), against the same layer
+dense: the session's default (Winograd where it wins) and the direct indirect GEMM
+(``EDGESDK_CPU_WINOGRAD=0``), with the per-call memory the clustered step holds (indirection +
+decoded panel per thread) next to what the im2col path it replaced wrote (padded copy + im2col).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # zoo: the cached exports
+sys.path.insert(0, str(ROOT / "tools"))
+
+from edgesdk import Session  # noqa: E402
+from edgesdk.compress.recipe import LayerSettings, Recipe  # noqa: E402
+from edgesdk.export import export_onnx  # noqa: E402
+from edgesdk.backends.cpu.lower.base import native_kernels  # noqa: E402
+from edgesdk.native import active_isa  # noqa: E402
+from edgesdk.pack import compress_model  # noqa: E402
+from edgesdk.profile.latency import time_calls  # noqa: E402
+
+from bench import ort_session  # noqa: E402  (tools/bench.py: the same ONNX Runtime settings)
+
+SETTLE_S = 0.3  # every runtime's workers spin a while after a call: let them sleep first
+
+
+def model_file(name: str, size: int) -> str:
+    from zoo import export_onnx as zoo_export
+    return str(zoo_export(name, input_shape=(1, 3, size, size)))
+
+
+def step_counts(sess: Session) -> dict[str, int]:
+    notes = [(s.op, s.note) for s in sess._impl.steps]
+    return {"sparse_conv_steps": sum(op == "Conv" and n.startswith("sparse") for op, n in notes),
+            "chw_depthwise_steps": sum(op == "Conv" and n.startswith("depthwise (CHW)") for op, n in notes),
+            "layout_conversions": sum(op in ("nchw->nhwc", "nhwc->nchw") for op, _ in notes)}
+
+
+def bench_model(args, name: str, tmp: Path) -> list[dict]:
+    path = model_file(name, args.size)
+    graph, _ = compress_model(path, Recipe(LayerSettings(prune=args.prune)))
+    dense_onnx = tmp / f"{name}-pruned.onnx"
+    export_onnx(graph, dense_onnx)
+    x = np.random.default_rng(2).standard_normal(graph.tensors[graph.inputs[0]].shape).astype(np.float32)
+    feeds = {graph.inputs[0]: x}
+    rows = []
+    for threads in args.threads:
+        sparse = Session(graph, backend="cpu", threads=threads, optimize=False)
+        # every pruned layer decoded to dense (the crossover is read per session)
+        dense = session_with({"EDGESDK_CPU_SPARSE": "0"}, graph, threads=threads, optimize=False)
+        ort = ort_session(str(dense_onnx), threads, {})
+        want = next(iter(dense.run(feeds).values()))
+        got = next(iter(sparse.run(feeds).values()))
+        scale = max(1.0, float(np.max(np.abs(want))))
+        times = interleaved({"sparse": timer(lambda: sparse.run(feeds)), "dense": timer(lambda: dense.run(feeds)),
+                             "ort": timer(lambda: ort.run(None, feeds))}, args.rounds, args.min_time)
+        med = {k: 1000 * float(np.median(v)) for k, v in times.items()}
+        row = {"model": name, "size": args.size, "prune": args.prune, "threads": threads, "isa": active_isa(),
+               **{f"{k}_ms": round(v, 3) for k, v in med.items()},
+               "dense_over_sparse": round(med["dense"] / med["sparse"], 2),
+               "ort_over_sparse": round(med["ort"] / med["sparse"], 2),
+               "max_rel_diff_vs_dense": float(np.max(np.abs(got - want)) / scale),
+               **step_counts(sparse), "runs": {k: len(v) for k, v in times.items()}}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def interleaved(blocks: dict, rounds: int, min_time: float) -> dict[str, list[float]]:
+    """Seconds per call of each runner, ``rounds`` interleaved blocks of ``min_time / rounds``."""
+    times: dict[str, list[float]] = {k: [] for k in blocks}
+    for r in range(rounds):
+        for key in (list(blocks) if r % 2 == 0 else list(blocks)[::-1]):
+            time.sleep(SETTLE_S)
+            times[key] += blocks[key](min_time / rounds)
+    return times
+
+
+def timer(run):
+    return lambda budget: time_calls(run, warmup=2, min_runs=5, min_time_s=budget)
+
+
+# (channels in, channels out, input size, stride): ResNet-18's 3x3 convolutions at 224x224
+RESNET18_3X3 = [(64, 64, 56, 1), (64, 128, 56, 2), (128, 128, 28, 1), (128, 256, 28, 2), (256, 256, 14, 1),
+                (256, 512, 14, 2), (512, 512, 7, 1)]
+
+
+def conv3x3(c: int, k: int, size: int, stride: int):
+    from onnx import helper as oh
+    from onnx_builders import graph_model
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    bias = (rng.standard_normal(k) * 0.1).astype(np.float32)
+    nodes = [oh.make_node("Conv", ["x", "w", "b"], ["z"], pads=[1, 1, 1, 1], strides=[stride, stride]),
+             oh.make_node("Relu", ["z"], ["y"])]
+    return graph_model(nodes, {"x": (1, c, size, size)}, ["y"], {"w": weight, "b": bias})
+
+
+def session_with(env: dict[str, str], model, **options) -> Session:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return Session(model, backend="cpu", **options)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+def bench_clustered(args) -> list[dict]:
+    rows = []
+    for c, k, size, stride in RESNET18_3X3:
+        model = conv3x3(c, k, size, stride)
+        graph, _ = compress_model(model, Recipe(LayerSettings(cluster_bits=args.bits)))
+        x = {"x": np.random.default_rng(1).standard_normal((1, c, size, size)).astype(np.float32)}
+        out = size // stride
+        for threads in args.threads:
+            sessions = {"clustered": Session(graph, backend="cpu", threads=threads, optimize=False),
+                        "dense": session_with({}, model, threads=threads),
+                        "dense_direct": session_with({"EDGESDK_CPU_WINOGRAD": "0"}, model, threads=threads)}
+            times = interleaved({key: timer(lambda s=s: s.run(x)) for key, s in sessions.items()}, args.rounds,
+                                args.min_time)
+            med = {key: 1000 * float(np.median(v)) for key, v in times.items()}
+            plan = native_kernels().ClusteredConvPlan(
+                native_kernels().pack_clustered(np.zeros(k * 9 * c, np.uint8), 1, k, 9 * c,
+                                                np.zeros((1, 2), np.float32)),
+                [1, size, size, c], (3, 3), (stride, stride), pads=[1, 1, 1, 1])
+            plan.run(np.zeros((1, size, size, c), np.float32), np.empty((1, out, out, k), np.float32))
+            row = {"layer": f"{c}->{k} {size}x{size} s{stride}", "bits": args.bits, "threads": threads,
+                   "isa": active_isa(), **{f"{key}_ms": round(v, 3) for key, v in med.items()},
+                   "clustered_over_dense": round(med["clustered"] / med["dense"], 2),
+                   "clustered_over_dense_direct": round(med["clustered"] / med["dense_direct"], 2),
+                   "indirection_bytes": plan.indirection_bytes, "panel_bytes_per_thread": plan.panel_bytes,
+                   "im2col_path_bytes": 4 * (c * (size + 2) ** 2 + out * out * 9 * c),
+                   "dense_note": next(s.note for s in sessions["dense"]._impl.steps if s.op == "Conv").split(", ")[0]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print("# layer threads | clustered ms | dense ms (note) | dense direct ms | clustered/dense | "
+          "clustered/direct | indirection + panels KB | im2col path KB")
+    for r in rows:
+        print(f"# {r['layer']} {r['threads']} | {r['clustered_ms']} | {r['dense_ms']} ({r['dense_note']}) | "
+              f"{r['dense_direct_ms']} | {r['clustered_over_dense']}x | {r['clustered_over_dense_direct']}x | "
+              f"{(r['indirection_bytes'] + r['threads'] * r['panel_bytes_per_thread']) // 1024} | "
+              f"{r['im2col_path_bytes'] // 1024}")
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    sp = sub.add_parser("sparse", help="a pruned model: sparse vs dense decode vs ONNX Runtime")
+    sp.add_argument("--models", nargs="+", default=["mobilenet_v2"])
+    sp.add_argument("--prune", type=float, default=0.9, help="per-layer magnitude sparsity (edgesdk pack --prune)")
+    sp.add_argument("--size", type=int, default=224, help="input height and width")
+    cp = sub.add_parser("clustered", help="ResNet-18's 3x3 layers clustered vs dense")
+    cp.add_argument("--bits", type=int, default=4)
+    for q in (sp, cp):
+        q.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+        q.add_argument("--rounds", type=int, default=3)
+        q.add_argument("--min-time", type=float, default=2.0, help="seconds per runner, over all rounds")
+    args = p.parse_args(argv)
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, edgesdk cpu level {active_isa()}, "
+          f"{time.strftime('%Y-%m-%d')}", flush=True)
+    if args.mode == "clustered":
+        bench_clustered(args)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [row for name in args.models for row in bench_model(args, name, Path(tmp))]
+    print("# model threads | sparse ms | dense ms | ORT ms | dense/sparse | ORT/sparse | max rel diff")
+    for r in rows:
+        print(f"# {r['model']} {r['threads']} | {r['sparse_ms']} | {r['dense_ms']} | {r['ort_ms']} | "
+              f"{r['dense_over_sparse']}x | {r['ort_over_sparse']}x | {r['max_rel_diff_vs_dense']:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
