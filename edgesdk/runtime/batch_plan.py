@@ -446,7 +446,7 @@ class BatchPlan:
             for r in [header, ["-" * w for w in widths], *rows]:
                 lines.append("  ".join(c.rjust(w) if i not in (2,) else c.ljust(w)
                                        for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-        lines.append(f"memory: {format_bytes(self.base_bytes)} constants and outputs + "
+        lines.append(f"memory: {format_bytes(self.base_bytes)} constants, outputs and runtime reserve + "
                      f"{format_bytes(sum(s.fixed_bytes for s in self.stages))} packed weights and per-run state + "
                      f"{format_bytes(self.run_buffer_bytes)} run buffer = {format_bytes(self.peak_bytes)}"
                      if self.stages else f"memory: {format_bytes(self.peak_bytes)} (the whole batch in one arena)")

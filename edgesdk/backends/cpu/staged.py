@@ -59,7 +59,17 @@ WHAT = "the memory budget (memory_budget=..., CLI --memory-budget)"
 # Timing: at least this many calls and this long per (stage, sub-batch), at most MAX_CALLS.
 MIN_CALLS, MIN_SECONDS, MAX_CALLS = 3, 0.02, 50
 _WINOGRAD_E = 36  # F(4x4, 3x3): 6x6 transform positions
-_ROWS = 16  # packed panels and GEMM tiles: rows rounded up to this (the widest NR / MR of any level)
+# What the memory model cannot see, calibrated against peak RSS (tools/bench_batch_planner.py,
+# MobileNetV2 and ResNet-18 at 224x224): the allocator's and the Python objects' overhead, and
+# the two Winograd scratch paths a process can hold at once. Added to every plan, the ordinary
+# one included, so that budgets compare alike.
+RESERVE_BYTES = 4 << 20
+RESERVE_FRACTION = 0.05  # of the estimated native bytes
+_CACHE_VERSION = 2  # bump when what an entry holds, or the estimates in it, change
+_ENTRY_KEYS = frozenset({"work", "work_direct", "input", "native", "shared", "ms", "extra", "in_layout", "out_layout",
+                         "need"})
+_ROWS = 32  # packed panels: output rows rounded up to this (the widest NR of any kernel level)
+_MR = 16  # GEMM tiles: pixels rounded up to this (the widest MR)
 
 
 def _aligned(n: int) -> int:
@@ -199,14 +209,17 @@ def _native_estimate(graph: Graph, builder: Builder, threads: int) -> tuple[int,
         _, k, oh, ow = graph.tensors[node.outputs[0]].shape
         kh, kw = graph.tensors[node.inputs[1]].shape[2:]
         if record.note.startswith("indirect conv"):
-            packed += -(-n * oh * ow // _ROWS) * _ROWS * kh * kw * 8 + c * 4
+            packed += -(-n * oh * ow // _MR) * _MR * kh * kw * 8 + c * 4
         elif record.note.startswith("winograd"):
             packed += _WINOGRAD_E * c * -(-k // _ROWS) * _ROWS * 4
+            # operators_winograd.cc: a tile block of scratch (V and M); convolutions whose U
+            # outgrows L2 keep it on the calling thread only, the others on every thread
             tiles = n * -(-oh // 4) * -(-ow // 4)
             per_tile = _WINOGRAD_E * (-(-c // 16) * 16 + -(-k // 16) * 16) * 4
-            cap = 256 * 1024 if _WINOGRAD_E * c * k * 4 <= 1024 * 1024 else 16 * 1024 * 1024
-            block = min(-(-tiles // _ROWS) * _ROWS, max(_ROWS, cap // per_tile))
-            shared = max(shared, block * per_tile * threads)
+            in_l2 = _WINOGRAD_E * c * k * 4 <= 1024 * 1024
+            cap = 256 * 1024 if in_l2 else 16 * 1024 * 1024
+            block = min(-(-tiles // _MR) * _MR, max(_MR, cap // per_tile // _MR * _MR))
+            shared = max(shared, block * per_tile * (threads if in_l2 else 1))
     return packed, shared
 
 
@@ -241,7 +254,7 @@ class MeasurementCache:
     _memory: dict[str, dict[str, dict]] = {}
 
     def __init__(self, graph: Graph, precision: str, threads: int, isa: str) -> None:
-        key = json.dumps([__version__, model_fingerprint(graph), precision, threads, isa, cpu_features().model,
+        key = json.dumps([_CACHE_VERSION, __version__, model_fingerprint(graph), precision, threads, isa, cpu_features().model,
                           os.environ.get("EDGESDK_CPU_WINOGRAD", "")])
         self.key = hashlib.sha256(key.encode()).hexdigest()[:32]
         self.path = cache_dir() / f"{self.key}.json"
@@ -497,7 +510,8 @@ def plan_budgeted(plan: ExecutionPlan, *, precision: str, threads: int | None, b
     isa = _native.kernels.active_isa()
     graph = plan.graph
     batch = batch_size(graph) or 0
-    base = sum(t.stored_nbytes for t in graph.constants()) + sum(graph.tensors[o].nbytes for o in graph.outputs)
+    base = (sum(t.stored_nbytes for t in graph.constants()) + sum(graph.tensors[o].nbytes for o in graph.outputs)
+            + RESERVE_BYTES)
     cache = MeasurementCache(graph, precision, threads, isa)
     from ...runtime.batch_plan import DEFAULT_MAX_STAGES
     stages = find_stages(graph, max_stages or DEFAULT_MAX_STAGES) if batch > 1 else []
@@ -570,6 +584,8 @@ def _measure_all(graph: Graph, stages: list[Stage], candidates: list[int], preci
         next_layout = None
         for b in candidates:
             entry = cache.get(stage, b)
+            if entry is not None and not _ENTRY_KEYS <= entry.keys():
+                entry = None  # written by another version: measure again
             if entry is not None:  # whether it fits is this budget's question, not the one it was measured under
                 entry["fits"] = budget is None or entry["need"] <= budget
             if entry is None or (time_it and entry.get("ms") is None and entry["fits"]):
@@ -577,7 +593,7 @@ def _measure_all(graph: Graph, stages: list[Stage], candidates: list[int], preci
                 work = program.arena_bytes(direct=False)
                 work_direct = program.arena_bytes(direct=True) if program.can_write_direct and k < len(stages) - 1 \
                     else None
-                need = base + program.native_fixed + work + program.input_bytes() + program.shared
+                need = base + int(program.native_fixed * (1 + RESERVE_FRACTION)) + work + program.input_bytes() + program.shared
                 entry = {"work": work, "work_direct": work_direct, "input": program.input_bytes(),
                          "native": program.native_fixed, "shared": program.shared, "ms": None, "extra": 0,
                          "in_layout": layout, "out_layout": program.output_layout, "need": need,
@@ -588,8 +604,9 @@ def _measure_all(graph: Graph, stages: list[Stage], candidates: list[int], preci
                 del program
             next_layout = entry["out_layout"]
             if entry.get("ms") is not None or not time_it:
+                native = entry["native"] + int(entry["native"] * RESERVE_FRACTION)
                 costs[k][b] = StageCost(entry["ms"] if entry.get("ms") is not None else math.nan, entry["work"],
-                                        entry["work_direct"], entry["input"], entry["native"] + entry["extra"],
+                                        entry["work_direct"], entry["input"], native + entry["extra"],
                                         entry["shared"])
             done += 1
             if progress is not None:
