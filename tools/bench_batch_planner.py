@@ -135,11 +135,9 @@ def bench_model(name: str, fractions: list[float], rounds: int, threads: int | N
             if b not in fixed_sessions:
                 g = fixed_bytes[b][0]
                 s_b = edgesdk.Session(g, backend="cpu", threads=threads)
-                xb = {g.inputs[0]: x[:b]}
                 fixed_sessions[b] = s_b
                 contenders[f"fixed{b}"] = (lambda s_b=s_b, b=b, g=g: [s_b.run({g.inputs[0]: x[i:i + b]})
                                                                       for i in range(0, BATCH, b)])
-                del xb
         row["fixed_candidates"] = fitting
         key = f"budget{fraction}"
         contenders[key] = lambda sess=sess: sess.run(feeds)
