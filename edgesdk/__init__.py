@@ -10,6 +10,7 @@ from .errors import (  # noqa: E402
     DatasetError,
     EdgeSDKError,
     InputError,
+    MemoryBudgetError,
     ModelLoadError,
     ModelTooLargeError,
     PackageError,
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Session", "Graph", "Node", "Tensor", "supported_operators", "EdgeSDKError", "ModelLoadError",
     "UnsupportedModelError", "UnsupportedOperatorError", "ModelTooLargeError", "BackendUnavailableError",
-    "InputError", "PackageError", "SessionClosedError", "DatasetError", "__version__",
+    "InputError", "MemoryBudgetError", "PackageError", "SessionClosedError", "DatasetError", "__version__",
 ]
 
 

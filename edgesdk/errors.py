@@ -54,6 +54,17 @@ class InputError(EdgeSDKError, ValueError):
     """A feed passed to Session.run has the wrong name, shape or dtype."""
 
 
+class MemoryBudgetError(InputError):
+    """A memory budget (``Session(memory_budget=...)``, ``--memory-budget``) is not a positive
+    whole number of bytes, or is below what the smallest schedule of the model needs. ``budget``
+    and ``minimum`` (bytes; None where not known) say what was asked and what would do."""
+
+    def __init__(self, message: str, *, budget: object = None, minimum: int | None = None) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.minimum = minimum
+
+
 class SessionClosedError(EdgeSDKError, RuntimeError):
     """The Session (or an io binding of it) was closed; create a new one to run again."""
 

@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", parents=[common, model_opts], help="per-layer table: op, shape, params, MACs")
     p.add_argument("--no-optimize", action="store_true", help="show the graph as imported, before passes")
+    p.add_argument("--batch", type=positive_int, metavar="N",
+                   help="inspect the model at batch N (the leading dimension of its inputs and outputs)")
+    p.add_argument("--memory-budget", metavar="BYTES",
+                   help="print the per-stage sub-batch plan that runs the batch fastest within BYTES (64M, 1.5G, ...) "
+                        "on the cpu backend: stages, sub-batches, memory, measured times, predicted throughput")
+    p.add_argument("--threads", type=int, default=None, help="worker threads the plan is measured with (default: cpu's)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("run", parents=[common, model_opts, backend_opts], help="run a model once")

@@ -15,7 +15,9 @@ from .output import atomic_write, bars, describe_array, emit_json, format_bytes,
 # -- inspect ---------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..runtime.cost import layer_costs
-    sess = open_session(args)
+    if args.memory_budget is not None:
+        return _inspect_batch_plan(args)
+    sess = open_session(args, model=_rebatched(args) if args.batch else None)
     graph = sess.graph
     layers = layer_costs(graph)
     weight_bytes = sum(t.nbytes for t in graph.constants())
@@ -62,6 +64,47 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"\ntotal: {t['layers']} layers, {format_count(t['params'])} params "
           f"({format_bytes(t['stored_bytes'])} stored, {format_bytes(weight_bytes)} as dense fp32), "
           f"{format_count(t['macs'])} MACs, peak activations {t['peak_activation_bytes'] / 1024:.1f} KiB")
+    return 0
+
+
+def _rebatched(args: argparse.Namespace):
+    """The model (optimised unless --no-optimize) as a Graph at batch ``--batch``."""
+    from ..loader import load_model
+    from ..passes import optimize
+    from ..runtime.batch_plan import rebatch
+    graph = load_model(args.model, parse_input_shapes(args.input_shape), parse_outputs(args.outputs))
+    if not args.no_optimize:
+        optimize(graph)
+    return rebatch(graph, args.batch)
+
+
+def _inspect_batch_plan(args: argparse.Namespace) -> int:
+    """``inspect --memory-budget BYTES [--batch N]``: the plan a budgeted Session would run, with
+    the unconstrained batch and the best single sub-batch measured beside it."""
+    from ..backends.cpu.staged import plan_budgeted
+    from ..progress import Progress
+    from ..runtime.batch_plan import check_memory_budget
+    from ..runtime.plan import make_plan
+    from .inputs import parse_size
+    budget = check_memory_budget(parse_size(args.memory_budget))
+    if args.threads is not None and args.threads < 1:
+        raise EdgeSDKError(f"--threads must be a positive integer, got {args.threads}")
+    graph = _rebatched(args) if args.batch else None
+    if graph is None:
+        from ..loader import load_model
+        from ..passes import optimize
+        graph = load_model(args.model, parse_input_shapes(args.input_shape), parse_outputs(args.outputs))
+        if not args.no_optimize:
+            optimize(graph)
+    backend, plan = plan_budgeted(make_plan(graph), precision="fp32", threads=args.threads, budget=budget,
+                                  progress=Progress("measuring stages"), compare=True)
+    backend.close()
+    if args.json:
+        emit_json({"model": str(args.model), "batch_plan": plan.to_dict()})
+        return 0
+    print(f"{args.model}: graph {graph.name!r}, cpu backend")
+    for line in plan.describe():
+        print(line)
     return 0
 
 

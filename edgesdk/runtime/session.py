@@ -17,13 +17,16 @@ import numpy as np
 
 from ..backends import backend_candidates, create_backend
 from ..backends.base import IOBinding
-from ..errors import InputError, SessionClosedError
+from ..errors import BackendUnavailableError, InputError, SessionClosedError
 from ..graph import Graph
 from ..passes import optimize as optimize_graph
+from .batch_plan import check_memory_budget
 from .plan import make_plan
 
 if TYPE_CHECKING:
     from ..onnx_import import InputShapes
+    from ..progress import ProgressFn
+    from .batch_plan import BatchPlan
     from ..profile.records import ProfileReport
 
 # numpy dtype -> ONNX Runtime's NodeArg.type spelling
@@ -61,15 +64,27 @@ class Session:
     its heads, without its data-dependent post-processing). A float16 model takes and returns
     float16 arrays, as in ONNX Runtime (it computes in float32, or in half storage with
     ``precision="fp16"``). Thread-safe; usable as a context manager (closes on exit).
+
+    ``memory_budget`` (bytes, cpu backend) bounds what a run of a batch holds: weights, kernel
+    workspaces and activations. When the whole batch does not fit, each stage of the network
+    runs at its own sub-batch, chosen by measuring them (``progress(done, total, detail)`` is
+    told how far that is) and a dynamic program that maximises throughput within the budget;
+    ``sess.batch_plan`` says what was chosen. Runs, outputs and errors are those of a session
+    without a budget; a budget below the smallest schedule raises MemoryBudgetError naming it.
     """
 
     def __init__(self, model: Any, backend: str = "auto", precision: str = "fp32",
                  threads: int | None = None, *, input_shapes: "InputShapes | None" = None,
-                 outputs: Sequence[str] | None = None, optimize: bool = True) -> None:
+                 outputs: Sequence[str] | None = None, optimize: bool = True,
+                 memory_budget: int | None = None, progress: "ProgressFn | None" = None) -> None:
         from ..loader import load_model  # imports the ONNX reader only when a Session is made
         candidates = backend_candidates(backend, precision)  # a bad name or precision fails before loading
         if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
             raise InputError(f"threads must be a positive integer or None, got {threads!r}")
+        budget = check_memory_budget(memory_budget)
+        if budget is not None and not any(c.name == "cpu" for c in candidates):
+            raise BackendUnavailableError(f"memory_budget plans sub-batches for the cpu backend; backend {backend!r} "
+                                          f"has no budgeted mode (use backend='cpu' or 'auto', or drop memory_budget)")
         graph = load_model(model, input_shapes, outputs)
         self._interface_dtypes = _interface_dtypes(graph)
         self.optimization_stats = optimize_graph(graph) if optimize else {}
@@ -77,7 +92,14 @@ class Session:
         self.plan = make_plan(graph)
         self.precision = precision
         self.threads = threads
-        self._impl = create_backend(candidates, self.plan, precision=precision, threads=threads)
+        # The plan a memory budget chose (None without one): see edgesdk.runtime.batch_plan.
+        self.batch_plan: "BatchPlan | None" = None
+        if budget is None:
+            self._impl = create_backend(candidates, self.plan, precision=precision, threads=threads)
+        else:
+            from ..backends.cpu.staged import plan_budgeted
+            self._impl, self.batch_plan = plan_budgeted(self.plan, precision=precision, threads=threads,
+                                                        budget=budget, progress=progress)
         self.backend: str = self._impl.name
         self._state = threading.Condition(threading.Lock())
         self._in_flight = 0

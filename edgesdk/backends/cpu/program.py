@@ -129,10 +129,14 @@ class Builder:
         self.inputs: dict[str, Slot] = {}
 
     # -- graph inputs ---------------------------------------------------------------------------
-    def define_input(self, name: str) -> Slot:
-        """Graph inputs are copied (NCHW) into their own buffer at the start of a run."""
-        slot = self._new_slot(self.graph.tensors[name].shape, NCHW, first=-1)
-        self._stored[name] = {NCHW: slot}
+    def define_input(self, name: str, layout: str = NCHW) -> Slot:
+        """Graph inputs are copied (NCHW) into their own buffer at the start of a run. A stage of
+        a budgeted session (``staged.py``) takes its input in the layout the stage before it
+        wrote (``layout``), so that no conversion runs at the cut."""
+        shape = self.graph.tensors[name].shape
+        layout = layout if len(shape) == 4 else NCHW
+        slot = self._new_slot(shape, layout, first=-1)
+        self._stored[name] = {layout: slot}
         self.inputs[name] = slot
         return slot
 
