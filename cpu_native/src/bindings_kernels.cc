@@ -51,6 +51,20 @@ struct PyClusteredConvPlan {
   size_t n, h, w, c;
 };
 
+// run() of a convolution plan binding (PyConvPlan, PyClusteredConvPlan): NHWC x and out of the
+// plan's shapes, the GIL released while the kernels run.
+template <class Plan>
+void run_plan(Plan& p, const py::array& x, py::array& out, const std::string& act, std::optional<float> alpha,
+              std::optional<float> beta, size_t threads) {
+  expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
+  expect_shape(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out");
+  const float* xp = in_f32(x, "x");
+  float* op = out_f32(out, "out");
+  const k::Activation ac = make_act(act, alpha, beta);
+  py::gil_scoped_release release;
+  p.plan.run(xp, op, ac, threads);
+}
+
 }  // namespace
 
 #define ACT_ARGS py::arg("act") = "none", py::arg("alpha") = py::none(), py::arg("beta") = py::none()
@@ -170,16 +184,7 @@ void register_kernels(py::module_& m) {
         }
         return out;
       }, "The microkernels a run calls, in order (the transforms around the GEMM for Winograd).")
-      .def("run", [](PyConvPlan& p, const py::array& x, py::array& out, const std::string& act,
-                     std::optional<float> alpha, std::optional<float> beta, size_t threads) {
-        expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
-        expect_shape(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out");
-        const float* xp = in_f32(x, "x");
-        float* op = out_f32(out, "out");
-        const k::Activation ac = make_act(act, alpha, beta);
-        py::gil_scoped_release release;
-        p.plan.run(xp, op, ac, threads);
-      }, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
+      .def("run", &run_plan<PyConvPlan>, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
 
   km.def("depthwise_conv", [](const py::array& x, const py::array& w, std::optional<py::array> bias, py::array& out,
                               std::pair<size_t, size_t> stride, std::pair<size_t, size_t> dilation,
@@ -365,16 +370,7 @@ void register_kernels(py::module_& m) {
                              "Bytes of the indirection buffer and its zero row (0 before the first run).")
       .def_property_readonly("panel_bytes", [](const PyClusteredConvPlan& p) { return p.plan.panel_bytes(); },
                              "Bytes of the decoded weight panel each running thread holds.")
-      .def("run", [](PyClusteredConvPlan& p, const py::array& x, py::array& out, const std::string& act,
-                     std::optional<float> alpha, std::optional<float> beta, size_t threads) {
-        expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
-        expect_shape(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out");
-        const float* xp = in_f32(x, "x");
-        float* op = out_f32(out, "out");
-        const k::Activation ac = make_act(act, alpha, beta);
-        py::gil_scoped_release release;
-        p.plan.run(xp, op, ac, threads);
-      }, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
+      .def("run", &run_plan<PyClusteredConvPlan>, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
 
   km.def("nnm_gather", [](const py::array& cent, const py::array& assign, std::optional<py::array> bias, py::array& out,
                           const std::string& act, std::optional<float> alpha, std::optional<float> beta, size_t threads) {

@@ -11,28 +11,14 @@
 namespace edgesdk::kernels {
 namespace {
 
-static inline __mmask16 first_lanes(size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+#include "kernels/vec_f32_avx512f.inl"
 
-struct V {
-  using T = __m512;
-  static constexpr size_t W = 16;
-  static T load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
-  static T load_tail(const float* p, size_t n, float fill) {
-    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), first_lanes(n), p);
-  }
-  static void store_tail(float* p, T v, size_t n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
-  static T set1(float v) { return _mm512_set1_ps(v); }
-  static T add(T a, T b) { return _mm512_add_ps(a, b); }
-  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+// The shared AVX-512 F operations plus what the generic kernels need (BW/DQ/VL are here).
+struct V : V512F {
   static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static T div(T a, T b) { return _mm512_div_ps(a, b); }
-  static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
-  static T max(T a, T b) { return _mm512_max_ps(a, b); }
-  static T min(T a, T b) { return _mm512_min_ps(a, b); }
   static T nan_mask(T a) { return _mm512_castsi512_ps(_mm512_movm_epi32(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q))); }
   static T bit_or(T a, T b) { return _mm512_or_ps(a, b); }
-  static bool any_nan(T a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) != 0; }
   static T abs(T a) { return _mm512_abs_ps(a); }
   static T select_lt(T a, T b, T x, T y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x); }
   static T round(T a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
