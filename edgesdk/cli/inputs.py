@@ -40,16 +40,12 @@ def percentage_points(text: str) -> float:
     return value
 
 
-_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-
-
 def parse_size(text: str, option: str = "--memory-budget") -> int:
-    """``64M``, ``1.5G``, ``65536``, ``512KiB`` -> bytes (binary units, as EDGESDK_MAX_TENSOR_BYTES);
-    anything else, or a size that is not positive, is a one-line InputError."""
-    import re
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    value = int(float(match[1]) * _SIZE_UNITS[match[2].lower()]) if match else 0
-    if value <= 0:
+    """``64M``, ``1.5G``, ``65536``, ``512KiB`` -> bytes (binary units, as EDGESDK_MAX_TENSOR_BYTES:
+    runtime.sizes.parse_size); anything else, or a size that is not positive, is a one-line InputError."""
+    from ..runtime.sizes import parse_size as parse_bytes
+    value = parse_bytes(text)
+    if value is None:
         raise InputError(f"{option} {text!r}: expected a positive size in bytes, e.g. 67108864, 64M or 1.5G")
     return value
 

@@ -53,13 +53,23 @@ def format_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _parse_bytes(text: str) -> int:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtpe]?)(?:i?b)?\s*", text, re.IGNORECASE)
+def parse_size(text: str) -> int | None:
+    """``64G``, ``1.5M``, ``65536``, ``512KiB`` -> bytes (binary units, K to E); None for anything
+    else or a size that is not positive (callers word the error for their setting)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgtpe]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
     if match is None or float(match[1]) <= 0:
+        return None
+    number, multiplier = match[1], _MULTIPLIERS[match[2].lower()]
+    value = int(number) * multiplier if number.isdigit() else int(float(number) * multiplier)
+    return value if value > 0 else None
+
+
+def _parse_bytes(text: str) -> int:
+    value = parse_size(text)
+    if value is None:
         raise EdgeSDKError(f"{MAX_BYTES_ENV}={text!r} is not a positive size in bytes; use e.g. "
                            f"{MAX_BYTES_ENV}=68719476736 or {MAX_BYTES_ENV}=64G")
-    number, multiplier = match[1], _MULTIPLIERS[match[2].lower()]
-    return int(number) * multiplier if number.isdigit() else int(float(number) * multiplier)
+    return value
 
 
 @functools.lru_cache(maxsize=1)

@@ -315,10 +315,7 @@ void depthwise_conv(const float* input, size_t n, size_t h, size_t w, size_t c, 
   args.bias = bias;
   args.output = output;
   args.n = n; args.h = h; args.w = w; args.c = c; args.multiplier = multiplier;
-  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
-  args.dil_h = g.dil_h; args.dil_w = g.dil_w; args.pad_top = g.pad_top; args.pad_left = g.pad_left;
-  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
-  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  set_window(args, g, h, w);
   args.in_stride = c;
   args.out_stride = c * multiplier;
   args.act = act;
@@ -346,11 +343,8 @@ void pool2d(PoolKind kind, const float* input, size_t n, size_t h, size_t w, siz
   args.input = input;
   args.output = output;
   args.n = n; args.h = h; args.w = w; args.c = c;
-  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
-  args.dil_h = g.dil_h; args.dil_w = g.dil_w;
-  args.pad_top = g.pad_top; args.pad_left = g.pad_left; args.pad_bottom = g.pad_bottom; args.pad_right = g.pad_right;
-  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
-  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  set_window(args, g, h, w);
+  args.pad_bottom = g.pad_bottom; args.pad_right = g.pad_right;
   args.in_stride = c;
   args.out_stride = c;
   args.count_include_pad = count_include_pad;

@@ -96,6 +96,17 @@ struct ConvGeometry {
 // Output extent; throws std::invalid_argument if the window does not fit.
 size_t conv_output_size(size_t in, size_t kernel, size_t stride, size_t dilation, size_t pad0, size_t pad1);
 
+// The window fields the depthwise and pooling argument structs (DepthwiseArgs, DwChwArgs, PoolArgs and
+// their qu8 forms) share: kernel, strides, dilations, leading pads and the output extent of an h x w
+// input under geometry g.
+template <class Args>
+void set_window(Args& a, const ConvGeometry& g, size_t h, size_t w) {
+  a.kh = g.kh; a.kw = g.kw; a.stride_h = g.stride_h; a.stride_w = g.stride_w;
+  a.dil_h = g.dil_h; a.dil_w = g.dil_w; a.pad_top = g.pad_top; a.pad_left = g.pad_left;
+  a.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
+  a.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+}
+
 // How a ConvPlan computes: Auto picks Winograd F(4x4, 3x3) for the 3x3 stride-1 convolutions it
 // wins on (winograd_chosen) and the (indirect) GEMM for the rest; Direct never takes Winograd
 // (grouped and NNM convolutions, whose paths stay as they were); Winograd forces it where it

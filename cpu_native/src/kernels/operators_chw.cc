@@ -47,10 +47,7 @@ const char* depthwise_conv_chw(const float* input, size_t n, size_t c, size_t h,
   args.bias = bias;
   args.output = output;
   args.n = n; args.c = c; args.h = h; args.w = w; args.multiplier = multiplier;
-  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
-  args.dil_h = g.dil_h; args.dil_w = g.dil_w; args.pad_top = g.pad_top; args.pad_left = g.pad_left;
-  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
-  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  set_window(args, g, h, w);
   args.act = act;
   const char* name = nullptr;
   const DwChwUkernel kernel = depthwise_chw_kernel(g, table_or_active(t), &name);

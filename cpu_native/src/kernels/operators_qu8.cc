@@ -296,10 +296,7 @@ Qu8DepthwisePlan::Qu8DepthwisePlan(size_t n, size_t h, size_t w, size_t c, size_
   for (size_t o = 0; o < oc; ++o) require_shift(out_shift[o], "qu8_depthwise_conv");
   Qu8DepthwiseArgs& args = args_;
   args.n = n; args.h = h; args.w = w; args.c = c; args.multiplier = multiplier;
-  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
-  args.dil_h = g.dil_h; args.dil_w = g.dil_w; args.pad_top = g.pad_top; args.pad_left = g.pad_left;
-  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
-  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  set_window(args, g, h, w);
   args.in_stride = c;
   args.out_stride = oc;
   args.input_zero_point = x_zp;
@@ -604,11 +601,8 @@ Qu8PoolArgs pool_args(const uint8_t* x, size_t n, size_t h, size_t w, size_t c, 
   args.input = x;
   args.output = y;
   args.n = n; args.h = h; args.w = w; args.c = c;
-  args.kh = g.kh; args.kw = g.kw; args.stride_h = g.stride_h; args.stride_w = g.stride_w;
-  args.dil_h = g.dil_h; args.dil_w = g.dil_w;
-  args.pad_top = g.pad_top; args.pad_left = g.pad_left; args.pad_bottom = g.pad_bottom; args.pad_right = g.pad_right;
-  args.oh = conv_output_size(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
-  args.ow = conv_output_size(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
+  set_window(args, g, h, w);
+  args.pad_bottom = g.pad_bottom; args.pad_right = g.pad_right;
   args.in_stride = c;
   args.out_stride = c;
   return args;

@@ -43,6 +43,7 @@ from ... import __version__
 from ...errors import BackendUnavailableError, SessionClosedError, UnsupportedModelError, UnsupportedOperatorError
 from ...graph import Graph
 from ...native import cpu_features
+from ...profile.latency import time_calls
 from ...progress import ProgressFn
 from ...runtime.arena import HOST_ALIGNMENT, Block, Pool, aligned_host_buffer, plan_arena
 from ...runtime.batch_plan import (BatchPlan, Stage, StageCost, StagePlan, batch_size, best_fixed, budget_error,
@@ -328,12 +329,8 @@ def measure_stage(program: StageProgram, calls: int | None = None) -> tuple[floa
         return call, sink
 
     (call, _sink), extra = _traced_bytes(bind)
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < MAX_CALLS and (len(times) < (calls or MIN_CALLS) or time.perf_counter() - start < MIN_SECONDS):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
+    # bind() made the first call: no further warm-up
+    times = time_calls(call, warmup=0, min_runs=calls or MIN_CALLS, min_time_s=MIN_SECONDS, max_runs=MAX_CALLS)
     extra = max(0, extra - _sink.nbytes)  # the sink stands for the next stage's buffer, counted there
     return 1e3 * statistics.median(times), extra
 
