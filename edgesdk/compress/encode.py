@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from .bitpack import pack_bits
-from .encodings import NNM, Clustered, DenseFP16, SparseCSR
+from . import huffman
+from .bitpack import unpack_bits
+from .encodings import NNM, Clustered, DenseFP16, HuffmanBlocks, SparseCSR
 from .kmeans import kmeans_1d, kmeans_vectors
 
 MAX_DELTA_BITS = 8
@@ -144,3 +146,42 @@ def encode_nnm(w: np.ndarray, rate: float, *, mode: str = "shared", init: str = 
     centroids, assign = kmeans_vectors(slices, clusters, init=init, seed=seed)
     return NNM(tuple(w.shape), _store(centroids.reshape((w.shape[1], -1) + w.shape[2:]), fp16),
                assign.astype(index_dtype), "per_input_channel")
+
+
+def encode_huffman(enc: SparseCSR | Clustered, block: tuple[int, int] = huffman.DEFAULT_BLOCK) -> HuffmanBlocks:
+    """The same weights Huffman-coded in blocks (:mod:`.huffman`): a CSR's column gaps and its
+    codebook indices (raw fp32 / fp16 values stay raw, in block order), or a clustered tensor's
+    indices (pruned ones included, as the reserved index 0). Decodes to exactly what ``enc``
+    decodes to. int8 CSR (integer ops) is not coded: its kernels read the CSR itself."""
+    block_rows, block_cols = (int(v) for v in block)
+    if not (1 <= block_rows <= 1 << 16 and 1 <= block_cols <= 4095):
+        raise ValueError(f"Huffman blocks of {block_rows} x {block_cols}: rows 1..65536, columns 1..4095")
+    grid = huffman.BlockGrid(enc.rows, enc.cols, block_rows, block_cols)
+    common = dict(block_rows=block_rows, block_cols=block_cols)
+    if isinstance(enc, Clustered):
+        idx = unpack_bits(enc.indices, enc.bits, enc.rows * enc.cols).reshape(enc.rows, enc.cols)
+        symbols, counts = huffman.dense_symbols(grid, idx)
+        index_lengths = huffman.table_for(symbols, 1, 1 << enc.bits)
+        stream, offsets = huffman.write_stream(symbols, [None, index_lengths], grid.blocks)
+        return HuffmanBlocks(enc.shape, layout="dense", stream=stream, block_offsets=offsets,
+                             block_entries=counts.astype(np.uint32), index_lengths=index_lengths,
+                             codebook=enc.codebook, value_bits=enc.bits, zero_reserved=enc.zero_reserved, **common)
+    if not isinstance(enc, SparseCSR) or enc.dtype != np.float32:
+        raise ValueError(f"Huffman coding takes clustered or float CSR weights, not {enc.describe()}")
+    entry_row, col = enc.columns()
+    if enc.codebook is None:
+        raw = np.asarray(enc.values)
+        keep = raw != 0  # fillers, and weights that were exactly zero
+        idx = None
+    else:
+        all_idx = unpack_bits(enc.indices, enc.value_bits, enc.entries).astype(np.int64)
+        keep = all_idx != 0
+        idx = all_idx[keep]
+    symbols, order, counts = huffman.sparse_symbols(grid, entry_row[keep], col[keep], idx)
+    gap_lengths = huffman.table_for(symbols, 0, block_cols + 1)
+    index_lengths = None if idx is None else huffman.table_for(symbols, 1, 1 << enc.value_bits)
+    stream, offsets = huffman.write_stream(symbols, [gap_lengths, index_lengths], grid.blocks)
+    stored = {"values": np.ascontiguousarray(raw[keep][order])} if idx is None else {
+        "codebook": enc.codebook, "index_lengths": index_lengths, "value_bits": enc.value_bits}
+    return HuffmanBlocks(enc.shape, layout="sparse", stream=stream, block_offsets=offsets,
+                         block_entries=counts.astype(np.uint32), gap_lengths=gap_lengths, **stored, **common)

@@ -374,7 +374,144 @@ class NNM(Encoding):
         return f"nnm-{tag}({100 * rate:.0f}% fewer)" + ("/fp16" if self.centroids.dtype == np.float16 else "")
 
 
-ENCODINGS: dict[str, type[Encoding]] = {cls.kind: cls for cls in (DenseFP16, Clustered, SparseCSR, NNM)}
+@dataclass(frozen=True, eq=False)
+class HuffmanBlocks(Encoding):
+    """Pruned and / or clustered weights Huffman-coded in blocks that decode on their own (seed
+    004; the bit-level format is in :mod:`edgesdk.compress.huffman`).
+
+    ``layout`` "sparse": per block, each row's (column gap, value) pairs and an end-of-row code;
+    values are codebook indices coded with ``index_lengths`` (``codebook`` (G, 2^value_bits)) or
+    raw ``values`` (fp32 / fp16, entry order). ``layout`` "dense": every weight's codebook index.
+    A kernel decodes one block at a time into a workspace of one block, never the whole layer.
+    """
+    block_rows: int
+    block_cols: int
+    layout: str
+    stream: np.ndarray  # uint8: the blocks' codes back to back, then STREAM_PADDING zeros
+    block_offsets: np.ndarray  # uint32 (blocks + 1,): byte offset of each block's code
+    block_entries: np.ndarray  # uint32 (blocks,): entries (non-zeros; dense: weights) per block
+    gap_lengths: np.ndarray | None = None  # uint8 (block_cols + 1,): sparse layout
+    index_lengths: np.ndarray | None = None  # uint8 (2**value_bits,): codebook values
+    codebook: np.ndarray | None = None  # (G, 2**value_bits) float32 / float16
+    values: np.ndarray | None = None  # (entries,) float32 / float16: raw values (sparse layout)
+    value_bits: int = 0
+    zero_reserved: bool = False  # dense layout: codebook entry 0 is a pruned weight (0.0)
+    kind: ClassVar[str] = "huffman"
+
+    @property
+    def grid(self):
+        from .huffman import BlockGrid
+        return BlockGrid(self.rows, self.cols, self.block_rows, self.block_cols)
+
+    @property
+    def entries(self) -> int:
+        return int(np.sum(self.block_entries, dtype=np.int64))
+
+    @functools.cached_property
+    def nnz(self) -> int:
+        """Entries whose value is not 0.0 (a dense layout's reserved zero index is not one)."""
+        return int(np.count_nonzero(self.entry_values()))
+
+    def entry_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, cols, codebook indices, or -1 for raw values) of every stored entry, in stored
+        order: the native decoder where built (it also checks the stream), else the reference."""
+        from . import huffman
+        try:
+            from ..backends.cpu.huffman import decode_entries
+        except ImportError:
+            decode_entries = None
+        if decode_entries is not None:
+            return decode_entries(self)
+        rows, cols, idx, per_block = huffman.decode_reference(self.grid, self.layout, self.stream, self.block_offsets,
+                                                              self.gap_lengths, self.index_lengths)
+        _check(np.array_equal(per_block, self.block_entries.astype(np.int64)), "block entry counts differ")
+        return rows, cols, idx
+
+    def entry_values(self, rows: np.ndarray | None = None, idx: np.ndarray | None = None) -> np.ndarray:
+        if rows is None:
+            rows, _, idx = self.entry_arrays()
+        if self.codebook is None:
+            return np.asarray(self.values, dtype=np.float32)
+        book = self.codebook.astype(np.float32)
+        return book[np.zeros_like(rows) if book.shape[0] == 1 else rows, idx]
+
+    def decode(self) -> np.ndarray:
+        rows, cols, idx = self.entry_arrays()
+        dense = np.zeros((self.rows, self.cols), dtype=np.float32)
+        dense[rows, cols] = self.entry_values(rows, idx)
+        return dense.reshape(self.shape)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {"stream": self.stream, "block_offsets": self.block_offsets, "block_entries": self.block_entries}
+        for name in ("gap_lengths", "index_lengths", "codebook", "values"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def params(self) -> Params:
+        return {"block_rows": self.block_rows, "block_cols": self.block_cols, "layout": self.layout,
+                "value_bits": self.value_bits, "zero_reserved": self.zero_reserved}
+
+    def _validate(self) -> None:
+        from .huffman import MAX_CODE_BITS, STREAM_PADDING, kraft_ok
+        _require_int(self.block_rows, "block_rows", 1, 1 << 16)
+        bw = _require_int(self.block_cols, "block_cols", 1, 4095)  # gap alphabet <= 4096 symbols
+        _require(self.layout in ("sparse", "dense"), f"layout is {self.layout!r}, expected 'sparse' or 'dense'")
+        _require(type(self.zero_reserved) is bool, f"zero_reserved is {self.zero_reserved!r}, not a bool")
+        blocks = self.grid.blocks
+        _require_array(self.block_offsets, "block_offsets", (np.dtype(np.uint32),), (blocks + 1,),
+                       f"one per block of {self.block_rows} x {bw}, and the end")
+        _require_array(self.block_entries, "block_entries", (np.dtype(np.uint32),), (blocks,), "one per block")
+        offsets = self.block_offsets.astype(np.int64)
+        _require(offsets[0] == 0 and bool(np.all(np.diff(offsets) >= 0)), "block_offsets do not start at 0 and rise")
+        _require_array(self.stream, "stream", _BYTES, (int(offsets[-1]) + STREAM_PADDING,),
+                       f"the blocks' {int(offsets[-1])} bytes and {STREAM_PADDING} bytes of padding")
+        _require(not np.any(self.stream[-STREAM_PADDING:]), "the stream's padding is not zero")
+        sizes = np.array([self.grid.block_shape(b)[2] * self.grid.block_shape(b)[3] for b in range(blocks)])
+        _require(bool(np.all(self.block_entries <= sizes)), "a block claims more entries than it has weights")
+        if self.layout == "sparse":
+            _require_array(self.gap_lengths, "gap_lengths", _BYTES, (bw + 1,), "one per gap and end-of-row")
+            _require(int(self.gap_lengths.max()) <= MAX_CODE_BITS and kraft_ok(self.gap_lengths),
+                     f"gap_lengths are no prefix code of at most {MAX_CODE_BITS} bits")
+        else:
+            _require(self.gap_lengths is None, "a dense layout has no gap code")
+            _require(self.codebook is not None, "a dense layout needs a codebook")
+            _require(bool(np.array_equal(self.block_entries, sizes)), "a dense block's entries are not all its weights")
+        if self.codebook is None:
+            _require(self.value_bits == 0 and self.index_lengths is None, "raw values with index codes")
+            _require_array(self.values, "values", _FLOATS, (self.entries,), "one per entry")
+            _require(not self.zero_reserved, "zero_reserved without a codebook")
+        else:
+            _require(self.values is None, "both raw values and a codebook are stored")
+            bits = _require_int(self.value_bits, "value_bits", 1, 8)
+            _require_codebook(self.codebook, "codebook", bits, self.rows)
+            _require_array(self.index_lengths, "index_lengths", _BYTES, (1 << bits,), "one per codebook entry")
+            _require(int(self.index_lengths.max()) <= MAX_CODE_BITS and kraft_ok(self.index_lengths),
+                     f"index_lengths are no prefix code of at most {MAX_CODE_BITS} bits")
+            if self.zero_reserved:
+                _require(not np.any(self.codebook[:, 0]), "codebook entry 0 is not 0.0 but zero_reserved says it is")
+        try:  # the stream itself: every block decodes to its entry count, inside its bytes
+            self.entry_arrays()
+        except (ValueError, EncodingError) as exc:
+            raise EncodingError(f"stream: {exc}") from None
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.nbytes / max(1, self.rows * self.cols)
+
+    def describe(self) -> str:
+        if self.codebook is not None:
+            values = f"cluster{self.value_bits}/{'layer' if self.codebook.shape[0] == 1 else 'channel'}"
+        else:
+            values = _values_dtype(self.values)
+        if self.layout == "dense":
+            return f"huffman[{values}]"
+        sparsity = 1 - self.entries / max(1, self.rows * self.cols)
+        return f"huffman-csr({100 * sparsity:.0f}% zero)+{values}"
+
+
+ENCODINGS: dict[str, type[Encoding]] = {cls.kind: cls for cls in (DenseFP16, Clustered, SparseCSR, NNM,
+                                                                   HuffmanBlocks)}
 
 
 def encoding_from_parts(kind: str, shape: tuple[int, ...], params: Params,
