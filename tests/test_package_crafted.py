@@ -53,6 +53,10 @@ RECIPES = {
     "csr-codebook": Recipe(LayerSettings(prune=0.8, cluster_bits=3, per_channel=True)),
     "nnm-shared": Recipe(LayerSettings(nnm_rate=0.5)),
     "nnm-per-input-channel-fp16": Recipe(LayerSettings(nnm_rate=0.5, nnm_mode="per_input_channel", fp16=True)),
+    # Huffman-coded blocks (the fixture keeps every coded layer, however small)
+    "huffman-csr-codebook": Recipe(LayerSettings(prune=0.8, cluster_bits=4, huffman=True)),
+    "huffman-csr-raw": Recipe(LayerSettings(prune=0.8, huffman=True)),
+    "huffman-clustered": Recipe(LayerSettings(cluster_bits=3, per_channel=True, huffman=True)),
 }
 # Every numeric column of the Graph table (edgepkg.fbs), by its generated accessor's name, and the
 # blob table (Model.blobs: offset, size per blob).
@@ -211,6 +215,9 @@ class Packages(dict):
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory) -> Packages:
+    from unittest import mock
+
+    from edgesdk.compress import apply
     folder = tmp_path_factory.mktemp("packages")
     packed = Packages()
     for name, recipe in RECIPES.items():
@@ -218,14 +225,15 @@ def packages(tmp_path_factory) -> Packages:
         if recipe is None:
             save_package(load_model(default_model_path()), path)
         else:
-            pack_model(default_model_path(), path, recipe)
+            with mock.patch.object(apply, "HUFFMAN_PACKAGE_BYTES", -(1 << 30)):
+                pack_model(default_model_path(), path, recipe)
         outputs = _run_all(path, BACKENDS)
         assert not isinstance(outputs, str), outputs
         packed[name] = Packed(name, path, path.read_bytes(), _semantics(load_package(path)), outputs)
     described = " ".join(t.encoding.describe() for p in packed.values()
                          for t in load_package(p.path).tensors.values() if t.encoding is not None)
     for kind in ("fp16", "cluster4/layer", "cluster3/channel/fp16", "+fp32", "+fp16", "+cluster3/channel",
-                 "nnm-shared", "nnm-per-input"):
+                 "nnm-shared", "nnm-per-input", "huffman-csr", "huffman[cluster3/channel]"):
         assert kind in described, f"no {kind} encoding among the recipes: {described}"
     return packed
 

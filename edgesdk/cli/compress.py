@@ -25,6 +25,9 @@ def compression_options() -> argparse.ArgumentParser:
     compression.add_argument("--nnm-rate", type=float, help="output-channel clustering: fraction of filters removed")
     compression.add_argument("--nnm-mode", choices=["shared", "per_input_channel"])
     compression.add_argument("--fp16", action="store_true", help="store weights, codebooks and centroids as half")
+    compression.add_argument("--huffman", action="store_true",
+                             help="Huffman-code pruned / clustered layers in 128x128 blocks (column gaps and codebook "
+                                  "indices; kept per layer where smaller); `inspect` shows bits per weight")
     compression.add_argument("--int8", action="store_true",
                              help="quantize to int8 after compression (weights per channel, activations per tensor); "
                                   "needs --calib")
@@ -56,14 +59,16 @@ def _recipe_from_args(args: argparse.Namespace, base=None):
     from ..compress.recipe import LayerSettings, Recipe
     recipe = Recipe.load(args.recipe) if args.recipe else base if base is not None else Recipe()
     flags = {"prune": args.prune, "cluster_bits": args.cluster_bits, "per_channel": args.per_channel or None,
-             "init": args.init, "nnm_rate": args.nnm_rate, "nnm_mode": args.nnm_mode, "fp16": args.fp16 or None}
+             "init": args.init, "nnm_rate": args.nnm_rate, "nnm_mode": args.nnm_mode, "fp16": args.fp16 or None,
+             "huffman": args.huffman or None}
     overrides = {k: v for k, v in flags.items() if v is not None}
     default = LayerSettings(**{**dataclasses.asdict(recipe.default), **overrides})
     global_prune = args.global_prune if args.global_prune is not None else recipe.global_prune
     return dataclasses.replace(recipe, default=default, global_prune=global_prune)
 
 
-RECIPE_FLAGS = ("prune", "global_prune", "cluster_bits", "per_channel", "init", "nnm_rate", "nnm_mode", "fp16")
+RECIPE_FLAGS = ("prune", "global_prune", "cluster_bits", "per_channel", "init", "nnm_rate", "nnm_mode", "fp16",
+                "huffman")
 
 
 def _searches(args: argparse.Namespace) -> bool:
@@ -227,6 +232,13 @@ def _print_pack_result(args: argparse.Namespace, result) -> None:
     before = sum(r.bytes_before for r in result.layers)
     after = sum(r.bytes_after for r in result.layers)
     print(f"\nweights: {format_bytes(before)} -> {format_bytes(after)} ({before / max(1, after):.1f}x)")
+    coded = [r for r in result.layers if r.bytes_before_huffman is not None]
+    if coded:
+        uncoded, params = sum(r.bytes_before_huffman for r in coded), sum(r.params for r in coded)
+        now = sum(r.bytes_after for r in coded)
+        print(f"huffman: {len(coded)} layers {format_bytes(uncoded)} -> {format_bytes(now)} "
+              f"({100 * (1 - now / max(1, uncoded)):.1f}% smaller), {8 * uncoded / params:.2f} -> "
+              f"{8 * now / params:.2f} bits per weight")
     print(f"file:    {args.model} {format_bytes(result.source_bytes)} -> {args.output} "
           f"{format_bytes(result.package_bytes)} ({result.ratio:.1f}x smaller)")
     if result.accuracy is not None:

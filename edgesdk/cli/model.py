@@ -34,9 +34,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                    "peak_activation_bytes": sess.plan.peak_activation_bytes},
     }
     errors = _layer_errors(graph)
+    uncoded = _bytes_before_huffman(graph)
     for x, node in zip(summary["layers"], graph.nodes):  # the table's columns, in the JSON too
         x["weights"] = _weight_encoding(graph, node)
         x["stored_bytes"] = _stored_bytes(graph, node)
+        x["bits_per_weight"] = _bits_per_weight(graph, node, uncoded)
         if x["name"] in errors:
             x["error_rms"] = errors[x["name"]]
     if args.json:
@@ -44,7 +46,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     rows = [[str(i), x.name, x.op, "x".join(map(str, x.output_shape)), format_count(x.params),
              format_count(x.macs), _weight_encoding(graph, node), format_bytes(_stored_bytes(graph, node)),
-             f"{errors[x.name]:.3f}" if x.name in errors else ""]
+             _format_bits(summary["layers"][i]["bits_per_weight"]), f"{errors[x.name]:.3f}" if x.name in errors else ""]
             for i, (x, node) in enumerate(zip(layers, graph.nodes))]
     print(f"{args.model}: graph {graph.name!r}, opset {graph.metadata.get('opset')}, "
           f"producer {graph.metadata.get('producer') or 'unknown'}")
@@ -58,8 +60,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     package = graph.metadata.get("package")
     if package:
         _print_package_metadata(package, graph.metadata)
-    print(table(rows, ["#", "name", "op", "output", "params", "MACs", "weights", "stored", "rms err"],
-                 right={0, 4, 5, 7, 8}))
+    print(table(rows, ["#", "name", "op", "output", "params", "MACs", "weights", "stored", "bits/w", "rms err"],
+                 right={0, 4, 5, 7, 8, 9}))
     t = summary["totals"]
     print(f"\ntotal: {t['layers']} layers, {format_count(t['params'])} params "
           f"({format_bytes(t['stored_bytes'])} stored, {format_bytes(weight_bytes)} as dense fp32), "
@@ -124,6 +126,35 @@ def _layer_errors(graph) -> dict[str, float]:
     layers = (graph.metadata.get("compression") or {}).get("layers") or []
     return {r["name"]: r["error_rms"] for r in layers
             if isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("error_rms"), (int, float))}
+
+
+def _bytes_before_huffman(graph) -> dict[str, int]:
+    """Layer name -> its weight's stored bytes before Huffman coding, from the package's stats."""
+    layers = (graph.metadata.get("compression") or {}).get("layers") or []
+    return {r["name"]: r["bytes_before_huffman"] for r in layers
+            if isinstance(r, dict) and isinstance(r.get("name"), str) and type(r.get("bytes_before_huffman")) is int}
+
+
+def _bits_per_weight(graph, node, uncoded: dict[str, int]) -> dict | None:
+    """Stored bits per weight of a Conv / Gemm weight: {"stored": b} and, for a Huffman-coded one,
+    {"before_huffman": b} too (from the pack statistics)."""
+    if node.op not in ("Conv", "Gemm") or len(node.inputs) < 2:
+        return None
+    weight = graph.tensors.get(node.inputs[1])
+    if weight is None or not weight.is_constant or not weight.size:
+        return None
+    out = {"stored": 8 * weight.stored_nbytes / weight.size}
+    if weight.encoding is not None and weight.encoding.kind == "huffman" and node.name in uncoded:
+        out["before_huffman"] = 8 * uncoded[node.name] / weight.size
+    return out
+
+
+def _format_bits(bits: dict | None) -> str:
+    if bits is None:
+        return ""
+    if "before_huffman" in bits:
+        return f"{bits['before_huffman']:.2f}->{bits['stored']:.2f}"
+    return f"{bits['stored']:.2f}"
 
 
 def _weight_encoding(graph, node) -> str:

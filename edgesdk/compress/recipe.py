@@ -60,7 +60,7 @@ def _type_problems(s: dict[str, Any]) -> list[str]:
         problems.append(f"cluster_bits must be an integer 1..8 (or null), got {bits!r}")
     if s["nnm_rate"] is not None and not _is_number(s["nnm_rate"]):
         problems.append(f"nnm_rate must be a number in (0, 1) (or null), got {s['nnm_rate']!r}")
-    for flag in ("per_channel", "fp16", "skip", "int8"):
+    for flag in ("per_channel", "fp16", "skip", "int8", "huffman"):
         if not isinstance(s[flag], bool):
             problems.append(f"{flag} must be true or false, got {s[flag]!r}")
     return problems
@@ -83,6 +83,9 @@ def _range_problems(s: dict[str, Any]) -> list[str]:
         problems.append("nnm_rate cannot be combined with prune or cluster_bits on one layer")
     if s["prune"] and s["cluster_bits"] == 1:
         problems.append("a pruned layer needs cluster_bits >= 2 (entry 0 is reserved for zero)")
+    if s["huffman"] and s["int8"]:
+        problems.append("huffman codes pruned / clustered float weights; an int8 layer's weights are int8 "
+                        "(drop huffman or int8 on that layer)")
     if s["int8"]:
         clash = [k for k in ("cluster_bits", "nnm_rate") if s[k] is not None] + (["fp16"] if s["fp16"] else [])
         if clash:
@@ -109,6 +112,8 @@ class LayerSettings:
     fp16: bool = False  # store weights / codebooks / centroids as half
     skip: bool = False  # leave this layer dense fp32
     int8: bool = False  # run the layer in int8 (weights per channel, activations per tensor): needs calibration
+    # Huffman-code a pruned or clustered layer's column gaps and indices in blocks (kept where smaller)
+    huffman: bool = False
 
     def __post_init__(self) -> None:
         problems = settings_problems(dataclasses.asdict(self))
