@@ -250,3 +250,16 @@ def test_tiny_layers_stay_uncoded():
     graph: Graph = load_model(default_model_path())
     reports = compress(graph, Recipe(LayerSettings(prune=0.9, cluster_bits=4, huffman=True)))
     assert all(r.bytes_before_huffman is None for r in reports if r.params < 4096)
+
+
+@pytest.mark.parametrize("kind", list(ENCODERS))
+def test_huffman_source_is_the_encoding_it_codes(kind):
+    from edgesdk.compress.encode import huffman_source
+    w = _weights((70, 300), seed=11)
+    base = ENCODERS[kind](w)
+    source = huffman_source(encode_huffman(base, (32, 64)))
+    assert type(source) is type(base) and source.describe() == base.describe()
+    source.validate()
+    np.testing.assert_array_equal(source.decode(), base.decode())
+    for key, array in base.arrays().items():
+        np.testing.assert_array_equal(source.arrays()[key], array, err_msg=key)

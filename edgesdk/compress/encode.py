@@ -90,20 +90,30 @@ def encode_sparse(w: np.ndarray, keep: np.ndarray, *, bits: int | None = None, p
         entry_values = idx[rows, cols]
     else:
         book, entry_values = None, m[rows, cols]
-    value_bits = 8 if integer else bits or (16 if fp16 else 32)
+    if bits is None:
+        return _csr(tuple(w.shape), rows, cols, entry_values if integer else _store(entry_values, fp16))
+    return _csr(tuple(w.shape), rows, cols, entry_values, _store(book, fp16), bits)
+
+
+def _csr(shape: tuple[int, ...], rows: np.ndarray, cols: np.ndarray, entry_values: np.ndarray,
+         codebook: np.ndarray | None = None, bits: int = 0) -> SparseCSR:
+    """The CSR of entries at (rows, cols), row-major, no repeats: raw values in their stored
+    dtype, or codebook indices (``bits`` wide, never the reserved 0). The delta field width is
+    the one that minimises the stored size (fillers included)."""
+    n_rows = shape[0]
+    value_bits = bits or entry_values.dtype.itemsize * 8
     delta_bits = min(range(1, MAX_DELTA_BITS + 1),
-                     key=lambda k: _csr_layout(rows, cols, m.shape[0], k)[2] * (k + value_bits))
-    row_ptr, deltas, entries, filler_at = _csr_layout(rows, cols, m.shape[0], delta_bits)
+                     key=lambda k: _csr_layout(rows, cols, n_rows, k)[2] * (k + value_bits))
+    row_ptr, deltas, entries, filler_at = _csr_layout(rows, cols, n_rows, delta_bits)
     values = np.zeros(entries, dtype=entry_values.dtype)
     values[~filler_at] = entry_values
     lengths = np.diff(row_ptr)
     length_bits = max(1, int(lengths.max(initial=0)).bit_length())
     common = dict(row_lengths=pack_bits(lengths, length_bits), length_bits=length_bits,
                   deltas=pack_bits(deltas, delta_bits), delta_bits=delta_bits)
-    if bits is None:
-        return SparseCSR(tuple(w.shape), values=values if integer else _store(values, fp16), **common)
-    return SparseCSR(tuple(w.shape), codebook=_store(book, fp16), indices=pack_bits(values, bits),
-                     value_bits=bits, **common)
+    if codebook is None:
+        return SparseCSR(shape, values=values, **common)
+    return SparseCSR(shape, codebook=codebook, indices=pack_bits(values, bits), value_bits=bits, **common)
 
 
 def _csr_layout(rows: np.ndarray, cols: np.ndarray, n_rows: int, k: int):
@@ -185,3 +195,18 @@ def encode_huffman(enc: SparseCSR | Clustered, block: tuple[int, int] = huffman.
         "codebook": enc.codebook, "index_lengths": index_lengths, "value_bits": enc.value_bits}
     return HuffmanBlocks(enc.shape, layout="sparse", stream=stream, block_offsets=offsets,
                          block_entries=counts.astype(np.uint32), gap_lengths=gap_lengths, **stored, **common)
+
+
+def huffman_source(enc: HuffmanBlocks) -> SparseCSR | Clustered:
+    """The uncoded encoding a Huffman-coded tensor stands for (what :func:`encode_huffman` was
+    given, up to the CSR's filler layout): what runtimes use for layers whose kernels read CSR or
+    clustered indices rather than decoding block by block. Decodes to the same tensor."""
+    rows, cols, idx = enc.entry_arrays()
+    if enc.layout == "dense":
+        matrix = np.zeros((enc.rows, enc.cols), dtype=np.int64)
+        matrix[rows, cols] = idx
+        return Clustered(enc.shape, enc.codebook, pack_bits(matrix, enc.value_bits), enc.value_bits, enc.zero_reserved)
+    order = np.lexsort((cols, rows))
+    if enc.codebook is None:
+        return _csr(enc.shape, rows[order], cols[order], np.asarray(enc.values)[order])
+    return _csr(enc.shape, rows[order], cols[order], idx[order], enc.codebook, enc.value_bits)

@@ -19,13 +19,17 @@ What runs compressed and what does not:
   session creation, and run through the dense kernels (recorded as such in the step notes).
 - Depthwise / grouped convolutions with clustered or NNM weights: no clustered depthwise kernel
   exists, so those (small) weights are decoded once at session creation, also recorded.
+- HuffmanBlocks: the layers without a block-streaming kernel get the encoding the blocks code
+  (:func:`uncoded`: the CSR or the clustered indices, never a dense matrix unless that encoding
+  would be decoded too) once at session creation, and run as that encoding does.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...compress.bitpack import unpack_bits
-from ...compress.encodings import NNM, Clustered, DenseFP16, SparseCSR
+from ...compress.encode import huffman_source
+from ...compress.encodings import NNM, Clustered, DenseFP16, Encoding, HuffmanBlocks, SparseCSR
 from ...graph import Graph, Tensor
 from ...runtime.precision import round_to_storage
 
@@ -35,11 +39,23 @@ def conv_columns(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(w.shape[0], -1)
 
 
+def uncoded(enc: Encoding | None) -> Encoding | None:
+    """A Huffman-coded weight as the encoding its blocks code (decoded once, here); others as they are."""
+    return huffman_source(enc) if isinstance(enc, HuffmanBlocks) else enc
+
+
+def huffman_note(tensor: Tensor) -> str:
+    """What a step note adds for a Huffman-coded weight run as its uncoded encoding."""
+    return ", Huffman blocks decoded at session creation" if isinstance(tensor.encoding, HuffmanBlocks) else ""
+
+
 def stored_matrix(tensor: Tensor) -> tuple[np.ndarray, str]:
     """The weight as a dense array in its stored precision (fp16 stays fp16), and how it was
     obtained. Clustered / NNM tensors are decoded here: callers use this only where no
     compressed kernel applies, and say so in the step note."""
     enc = tensor.encoding
+    if isinstance(enc, HuffmanBlocks):
+        return enc.decode(), f"{enc.describe()} decoded to dense at session creation"
     if enc is None:
         return np.asarray(tensor.data, dtype=np.float32), "dense fp32"
     if isinstance(enc, DenseFP16):

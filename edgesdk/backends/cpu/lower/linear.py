@@ -29,10 +29,10 @@ def gemm(node: Node, b: Builder) -> None:
     if c_name and (c_value is None or c_value.size not in (1, n) or (c_value.ndim == 2 and c_value.shape[0] != 1)):
         return fallback(node, b, "Gemm with a C that is not a constant row vector")
     bias = W.bias_vector(g, c_name, n, b.precision, scale=beta) if beta != 0.0 else None
-    enc = wt.encoding
+    enc = W.uncoded(wt.encoding)
     if attrs["transB"] and isinstance(enc, Clustered):
         weights = W.pack_clustered(k, enc, bias, b.precision, scale=alpha)
-        return _emit_linear(node, b, k.clustered_gemm, weights, f"clustered {enc.describe()}")
+        return _emit_linear(node, b, k.clustered_gemm, weights, f"clustered {enc.describe()}{W.huffman_note(wt)}")
     if attrs["transB"] and isinstance(enc, NNM) and enc.mode == "shared":
         return _gemm_nnm(node, b, enc, bias, alpha)
     matrix, how = W.stored_matrix(wt)
