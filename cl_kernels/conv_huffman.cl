@@ -26,8 +26,14 @@
 // x[n * XN + c * XC + p * XP], y[n * YN + o * YC + p * YP], P pixels (Gemm: the batch rows).
 // PW=0 (any other ungrouped conv): VEC consecutive output columns of one output row per
 // work-item, taps outside the input skipped (padding is selected, never multiplied), as conv_csr.
-// NaN / inf semantics are conv_csr's: only stored entries are multiplied (a pruned weight never
-// meets the input), the dense layout multiplies every weight (as conv_direct on clustered ones).
+//
+// NaN and infinities follow the dense product, as ONNX Runtime and the cpu backend's sparse
+// kernels (operators_sparse.h): a pruned weight times inf or NaN is NaN there. The dense layout
+// multiplies every weight, so it gets that for free. The sparse layout (NONFINITE=1): before the
+// walk, the group counts each of its pixels' non-finite in-bounds taps (the LR work-items of a
+// pixel vector split the columns; summed in local memory, no atomics); a work-item whose pixels
+// have any (rare) also counts, per row, the non-finite taps its stored entries met, and a row
+// that met fewer than all of them had a pruned weight on one: NaN.
 
 #define KK (KH * KW)
 #define HW (H * W)
@@ -66,6 +72,41 @@ inline uint next_symbol(BitReader* br, __global const uchar* restrict stream, __
     return e >> 4;
 }
 
+// The VEC input values column `col` (c * KK + tap) multiplies for this work-item's pixels (0 for
+// taps in the padding and lanes past the end).
+#if PW
+#define P0_OR_OY p0
+#define OX0 0
+inline floatV x_taps(const __global X_T* xn, int col, int p0, int unused) {
+    const __global X_T* row = xn + col * XC;
+    if (XP == 1 && p0 + VEC <= P) return VLOAD_X(row, p0);
+    float lanes[VEC];
+    for (int l = 0; l < VEC; ++l) lanes[l] = p0 + l < P ? LOAD_X(row, (p0 + l) * XP) : 0.0f;
+    return vloadV(0, lanes);
+}
+#else
+#define P0_OR_OY oy
+#define OX0 ox0
+inline bool tap_rows_in(int col, int oy) {
+    const int iy = oy * SH + ((col % KK) / KW) * DH - PT;
+    return iy >= 0 && iy < H;
+}
+inline floatV x_taps(const __global X_T* xn, int col, int oy, int ox0) {
+    const int c = col / KK;
+    const int tap = col % KK;
+    const int iy = oy * SH + (tap / KW) * DH - PT;
+    float lanes[VEC];
+    if (iy < 0 || iy >= H) return (floatV)(0.0f);
+    const int ix0 = ox0 * SW + (tap % KW) * DW - PL;
+    const __global X_T* row = xn + c * HW + iy * W;
+    for (int l = 0; l < VEC; ++l) {
+        const int ix = ix0 + l * SW;
+        lanes[l] = ix >= 0 && ix < W ? LOAD_X(row, ix) : 0.0f;
+    }
+    return vloadV(0, lanes);
+}
+#endif
+
 __kernel void conv_huffman(__global const X_T* restrict x, __global const uchar* restrict stream,
                            __global const uint* restrict offsets, __global const ushort* restrict gap_table,
                            __global const ushort* restrict index_table, __global const void* restrict values,
@@ -94,6 +135,21 @@ __kernel void conv_huffman(__global const X_T* restrict x, __global const uchar*
 #endif
     floatV acc[RPW];
     for (int k = 0; k < RPW; ++k) acc[k] = (floatV)(0.0f);
+#if NONFINITE
+    // Non-finite in-bounds taps of this work-item's VEC pixels, over all COLS columns.
+    __local intV lbad[LR * LP];
+    intV bad = (intV)(0);
+    if (active) {
+        for (int col = lr; col < COLS; col += LR) bad += (intV)(1) + isfinite(x_taps(xn, col, P0_OR_OY, OX0));
+    }
+    lbad[lr * LP + lp] = bad;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bad = (intV)(0);
+    for (int i = 0; i < LR; ++i) bad += lbad[i * LP + lp];
+    const bool slow = any(bad != (intV)(0));
+    intV hits[RPW];
+    for (int k = 0; k < RPW; ++k) hits[k] = (intV)(0);
+#endif
 
     for (int bj = 0; bj < GC; ++bj) {
         const int c0 = bj * BC;
@@ -154,29 +210,12 @@ __kernel void conv_huffman(__global const X_T* restrict x, __global const uchar*
                     const int col = c0 + (int)lcol[e];
 #endif
                     const float v = lval[e];
-#if PW
-                    const __global X_T* row = xn + col * XC;
-                    floatV xv;
-                    if (XP == 1 && p0 + VEC <= P) {
-                        xv = VLOAD_X(row, p0);
-                    } else {
-                        float lanes[VEC];
-                        for (int l = 0; l < VEC; ++l) lanes[l] = p0 + l < P ? LOAD_X(row, (p0 + l) * XP) : 0.0f;
-                        xv = vloadV(0, lanes);
-                    }
-#else
-                    const int c = col / KK;
-                    const int tap = col % KK;
-                    const int iy = oy * SH + (tap / KW) * DH - PT;
-                    if (iy < 0 || iy >= H) continue;
-                    const int ix0 = ox0 * SW + (tap % KW) * DW - PL;
-                    const __global X_T* row = xn + c * HW + iy * W;
-                    float lanes[VEC];
-                    for (int l = 0; l < VEC; ++l) {
-                        const int ix = ix0 + l * SW;
-                        lanes[l] = ix >= 0 && ix < W ? LOAD_X(row, ix) : 0.0f;
-                    }
-                    const floatV xv = vloadV(0, lanes);
+#if !PW
+                    if (!tap_rows_in(col, oy)) continue;  // a tap row in the padding: nothing to add
+#endif
+                    const floatV xv = x_taps(xn, col, P0_OR_OY, OX0);
+#if NONFINITE
+                    if (slow) hits[k] += (intV)(1) + isfinite(xv);
 #endif
                     a += HMULV((floatV)(v), xv);
                 }
@@ -192,6 +231,9 @@ __kernel void conv_huffman(__global const X_T* restrict x, __global const uchar*
         if (r >= rows_here) break;
         const int o = r0 + r;
         floatV out = acc[k] * ALPHA;
+#if NONFINITE
+        if (slow) out = select(out, (floatV)(NAN), hits[k] < bad);
+#endif
 #if HAS_BIAS
         out += BETA * LOAD_B(bias, o);
 #endif

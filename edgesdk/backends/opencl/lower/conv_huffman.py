@@ -16,6 +16,9 @@ from ..kernels import DeviceBuffer, Launch, LoweringContext, ceil_div, storage_d
 LR_DEFAULT = 8  # work-items along a block's rows
 LP_MAX = 16  # pixel vectors per work-group (VEC pixels each)
 MAX_RPW = 32  # rows (float vectors of accumulators) per work-item
+# The sparse layout's dense rule for non-finite inputs (conv_huffman.cl): NaN where a pruned
+# weight meets inf / NaN, as ONNX Runtime. False gives conv_csr's rule (stored entries only).
+NONFINITE_RULE = True
 
 
 def lookup_table(lengths: np.ndarray | None) -> np.ndarray:
@@ -48,9 +51,6 @@ def huffman_launch(ctx: LoweringContext, w_name: str, geom, x: DeviceBuffer, x_h
     info = ctx.device.info
     if geom.groups != 1:
         return "grouped convolution"
-    need = local_bytes(enc)
-    if need > info.local_mem_bytes:
-        return f"a block needs {need} bytes of local memory, the device has {info.local_mem_bytes}"
     max_wg = min(info.max_work_group_size, 1024)
     br = enc.block_rows
     lr = min(br, LR_DEFAULT)
@@ -74,6 +74,10 @@ def huffman_launch(ctx: LoweringContext, w_name: str, geom, x: DeviceBuffer, x_h
     pw = int(bool(strides))
     pv = ceil_div(pixels, vec) if pw else geom.oh * ceil_div(geom.ow, vec)
     lp = max(1, min(pv, LP_MAX, max_wg // lr, info.max_work_item_sizes[0]))
+    nonfinite = int(enc.layout == "sparse" and NONFINITE_RULE)
+    need = local_bytes(enc) + nonfinite * 4 * vec * lr * lp
+    if need > info.local_mem_bytes:
+        return f"a block needs {need} bytes of local memory, the device has {info.local_mem_bytes}"
 
     stream = ctx.raw(w_name, "huffman-stream", np.asarray(enc.stream, np.uint8))
     offsets = ctx.raw(w_name, "huffman-offsets", np.asarray(enc.block_offsets, np.uint32))
@@ -105,7 +109,7 @@ def huffman_launch(ctx: LoweringContext, w_name: str, geom, x: DeviceBuffer, x_h
                **epilogue.defines(), **value_defines, **strides, "PW": pw, "P": pixels,
                "DENSE_LAYOUT": int(enc.layout == "dense"), "BR": br, "BC": enc.block_cols, "GC": grid.grid_cols,
                "COLS": grid.cols, "MAXE": max(1, int(np.max(enc.block_entries))), "PEEK": MAX_CODE_BITS,
-               "STREAM_BYTES": int(enc.stream.size), "LR": lr, "LP": lp, "RPW": rpw}
+               "STREAM_BYTES": int(enc.stream.size), "NONFINITE": nonfinite, "LR": lr, "LP": lp, "RPW": rpw}
     size = (ceil_div(pv, lp) * lp, grid.grid_rows * lr, images)
     args = [x, stream, offsets, gap_table, index_table, values, value_start, codebook,
             epilogue.bias or ctx.dummy, y]
