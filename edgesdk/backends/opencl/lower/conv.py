@@ -1,16 +1,17 @@
 """The opencl lowering of the conv family (``edgesdk/ops/conv.py``), dense and compressed weights
-(clustered, sparse CSR, NNM); Gemm with compressed weights comes here as a 1x1 convolution.
+(clustered, sparse CSR, Huffman-coded blocks, NNM); Gemm with compressed weights comes here as a 1x1 convolution.
 
 Kernel choice for dense weights: a 3x3 / stride-1 / undilated / ungrouped Conv with enough
 channels and output tiles runs Winograd F(2x2, 3x3) (``conv_winograd``); an ungrouped Conv that
 :func:`_channel_vectorised` picks runs ``conv_oc`` (vectors along output channels); any other
 1x1 / stride-1 / unpadded / ungrouped Conv is a GEMM (``conv_gemm``); every other Conv runs
 ``conv_direct`` (depthwise with its own tuning); Gemm runs ``gemm_nt`` (one batch row per
-work-item when M == 1: the GEMV path). Compressed weights stay in
-their stored form on the device: clustered layers go through ``conv_direct`` reading indices and
-codebook, CSR layers through ``conv_csr``, Huffman-coded layers through ``conv_huffman`` (one work-group per
-block row decoding its blocks into local memory; decoded at load where it does not apply), NNM layers through a centroid convolution into a
-scratch tensor plus ``nnm_gather``. Gemm with compressed weights is run as a 1x1 convolution.
+work-item when M == 1: the GEMV path). Compressed weights stay in their stored form on the
+device: clustered layers go through ``conv_direct`` reading indices and codebook, CSR layers
+through ``conv_csr``, Huffman-coded layers through ``conv_huffman`` (``conv_huffman.py``: a
+work-group per block row decodes its blocks into local memory; decoded at load where it does not
+apply, said in the step note), NNM layers through a centroid convolution into a scratch tensor plus
+``nnm_gather``. Gemm with compressed weights is run as a 1x1 convolution.
 """
 from __future__ import annotations
 
