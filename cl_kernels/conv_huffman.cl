@@ -99,6 +99,7 @@ inline floatV x_taps(const __global X_T* xn, int col, int oy, int ox0) {
     if (iy < 0 || iy >= H) return (floatV)(0.0f);
     const int ix0 = ox0 * SW + (tap % KW) * DW - PL;
     const __global X_T* row = xn + c * HW + iy * W;
+    if (SW == 1 && ix0 >= 0 && ix0 + VEC <= W) return VLOAD_X(row, ix0);  // an interior run
     for (int l = 0; l < VEC; ++l) {
         const int ix = ix0 + l * SW;
         lanes[l] = ix >= 0 && ix < W ? LOAD_X(row, ix) : 0.0f;
