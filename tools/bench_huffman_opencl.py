@@ -5,6 +5,14 @@ single layers of MobileNetV2 (1x1) and ResNet-18 (3x3), 90% pruned + 4-bit codeb
 Device time from the profiling events, best of ``--repeats`` runs.
 
     python tools/bench_huffman_opencl.py [--repeats 20] [--block 128x128] [--json]
+
+PoCL 3 on 2 shared Xeon (AVX-512) cores, 128x128 blocks, best of 30 (the machine was shared, so
+runs vary by up to 2x; these are the steadier of two runs):
+
+    layer                          dense (kernel)          conv_csr   conv_huffman   weights csr -> huffman
+    mnv2 1x1 320->1280 @7x7        0.22 ms (conv_oc)       0.38 ms    0.34 ms        48 -> 41 KiB
+    mnv2 1x1 96->576 @14x14        0.13 ms (conv_gemm)     0.25 ms    0.16 ms         7 ->  6 KiB
+    resnet18 3x3 256->256 @14x14   0.70 ms (Winograd)      5.09 ms    4.97 ms        68 -> 59 KiB
 """
 from __future__ import annotations
 
