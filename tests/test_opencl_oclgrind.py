@@ -128,6 +128,44 @@ def _compressed_cases():
                          "nnm_per_input": {"nnm_rate": 0.5, "nnm_mode": "per_input_channel"}}.items():
         graph, _ = compress_model(model, Recipe.from_dict({"default": recipe, "min_params": 1}))
         yield name, (graph, (1, 4, 5, 6))
+    yield from _huffman_cases()
+
+
+def _huffman_cases():
+    """conv_huffman (issue 15): sparse layout with codebook indices (128 x 128 blocks) and raw
+    values (odd 3 x 5 blocks), dense layout, a 1x1 conv and a Gemm, all with NaN-free inputs."""
+    from edgesdk.compress.encode import encode_clustered, encode_huffman, encode_sparse, prune_mask
+    from edgesdk.graph import Graph
+    from edgesdk.loader import load_model
+    rng = np.random.default_rng(13)
+
+    def graph(enc, x_shape, op="Conv", **attrs):
+        g = Graph("huffman")
+        g.add_input("x", x_shape)
+        g.add_encoded("w", enc)
+        g.add_constant("b", rng.standard_normal(enc.shape[0]).astype(np.float32))
+        if op == "Conv":
+            attrs = dict(kernel_shape=tuple(enc.shape[2:]), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
+                         group=1) | attrs
+        else:
+            attrs = dict(alpha=1.0, beta=1.0, transA=False, transB=True)
+        g.add_node(op, ["x", "w", "b"], ["y"], name="layer", **attrs)
+        g.outputs = ["y"]
+        return load_model(g), x_shape
+
+    w = rng.standard_normal((9, 4, 3, 3)).astype(np.float32)
+    yield "huffman_codebook", graph(encode_huffman(encode_sparse(w, prune_mask(w, 0.7), bits=4)), (1, 4, 5, 6),
+                                    pads=(1, 1, 1, 1))
+    yield "huffman_raw_3x5", graph(encode_huffman(encode_sparse(w, prune_mask(w, 0.7)), block=(3, 5)), (1, 4, 7, 6),
+                                   pads=(1, 0, 0, 1), strides=(2, 1))
+    yield "huffman_dense_5x7", graph(encode_huffman(encode_clustered(w, 3), block=(5, 7)), (1, 4, 5, 6),
+                                     pads=(1, 1, 1, 1))
+    w1 = rng.standard_normal((11, 6, 1, 1)).astype(np.float32)
+    yield "huffman_1x1", graph(encode_huffman(encode_sparse(w1, prune_mask(w1, 0.5), bits=3), block=(4, 4)),
+                               (2, 6, 3, 5))
+    wg = rng.standard_normal((7, 13)).astype(np.float32)
+    yield "huffman_gemm", graph(encode_huffman(encode_sparse(wg, prune_mask(wg, 0.6), bits=2), block=(3, 8)), (3, 13),
+                                op="Gemm")
 
 
 # Device-config overrides for cases whose kernel the generic profile would not pick on so small a
@@ -146,12 +184,15 @@ def run_suite() -> int:
     import tempfile
     count = 0
     cases = list(_cases()) + list(_compressed_cases())
+    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), None)
+    if only is not None:  # a few cases by name (a quicker check of one kernel)
+        cases = [case for case in cases if case[0] in only]
     forced_dir = Path(tempfile.mkdtemp())
     for name, (model, shape) in cases:
         for precision in ("fp32", "fp16"):
             if precision == "fp16" and name not in ("conv3x3", "pointwise", "gemv", "depthwise", "add_same",
                                                     "softmax", "maxpool_ceil", "clustered", "nnm_shared",
-                                                    "conv_oc_wide", "winograd"):
+                                                    "conv_oc_wide", "winograd", "huffman_raw_3x5", "huffman_gemm"):
                 continue
             x = np.random.default_rng(count).standard_normal(shape).astype(np.float32)
             ref = edgesdk.Session(model, backend="reference", precision=precision)

@@ -253,7 +253,9 @@ class OpenCLBackend(Backend):
                     lowering = INTEGER_KERNELS.get(node.op)  # lower/quantize.py: the int8 kernels
                     if lowering is None:
                         raise NotLowerable("8-bit tensors: no OpenCL int8 kernel yet")
-                steps.append(_Step(node, "opencl", lowering(ctx, node)))
+                ctx.notes.clear()
+                launches = lowering(ctx, node)
+                steps.append(_Step(node, "opencl", launches, "; ".join(ctx.notes)))
             except NotLowerable as exc:
                 steps.append(_Step(node, FALLBACK_PLACEMENT, [], str(exc),
                                    ReferenceStep.prepare(node, self.plan.graph, self.precision, str(exc))))

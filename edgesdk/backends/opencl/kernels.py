@@ -98,6 +98,12 @@ class LoweringContext:
     upload: Callable[[str, str, np.ndarray], DeviceBuffer]  # (tensor, kind, array) -> buffer
     dummy: DeviceBuffer  # bound where a kernel's optional argument (bias) is absent
     weight_cache: dict[tuple[str, str], tuple[DeviceBuffer, bool]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # the current node's step notes (the backend resets it)
+
+    def note(self, text: str) -> None:
+        """Say something about how the current node runs (its step note in profiles)."""
+        if text not in self.notes:
+            self.notes.append(text)
 
     # -- tensors and weights ------------------------------------------------------------------
     def act(self, name: str) -> TensorRef:
@@ -126,6 +132,10 @@ class LoweringContext:
         gets and returns arrays of the storage dtype (float16 or float32), and the result is
         cached per (name, layout). ``kind`` prefixes the weight record (``dense-fp16``...)."""
         key = (name, layout)
+        enc = self.encoding(name)
+        if enc is not None and enc.kind == "huffman":
+            self.note(f"{name}: {enc.describe()} decoded at load")
+            kind = "decoded" if kind == "dense" else kind
         hit = self.weight_cache.get(key)
         if hit is not None:
             return hit
@@ -141,6 +151,12 @@ class LoweringContext:
         enc = tensor.encoding
         if enc is not None and enc.kind == "fp16":
             values = np.asarray(enc.values).reshape(enc.shape)
+        elif enc is not None and enc.kind == "huffman":
+            # Huffman-coded weights whose kernel does not apply: decoded once, run as dense ones
+            # (rounded to half in fp16 mode, as the reference's fp16 model rounds decoded weights).
+            values = enc.decode()
+            if self.precision == "fp16" and values.size > 1:
+                values = values.astype(np.float16)
         elif enc is not None:
             raise NotLowerable(f"constant {name!r} is stored {enc.describe()}, which this op cannot read")
         else:

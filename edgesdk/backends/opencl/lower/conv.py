@@ -1,15 +1,17 @@
 """The opencl lowering of the conv family (``edgesdk/ops/conv.py``), dense and compressed weights
-(clustered, sparse CSR, NNM); Gemm with compressed weights comes here as a 1x1 convolution.
+(clustered, sparse CSR, Huffman-coded blocks, NNM); Gemm with compressed weights comes here as a 1x1 convolution.
 
 Kernel choice for dense weights: a 3x3 / stride-1 / undilated / ungrouped Conv with enough
 channels and output tiles runs Winograd F(2x2, 3x3) (``conv_winograd``); an ungrouped Conv that
 :func:`_channel_vectorised` picks runs ``conv_oc`` (vectors along output channels); any other
 1x1 / stride-1 / unpadded / ungrouped Conv is a GEMM (``conv_gemm``); every other Conv runs
 ``conv_direct`` (depthwise with its own tuning); Gemm runs ``gemm_nt`` (one batch row per
-work-item when M == 1: the GEMV path). Compressed weights stay in
-their stored form on the device: clustered layers go through ``conv_direct`` reading indices and
-codebook, CSR layers through ``conv_csr``, NNM layers through a centroid convolution into a
-scratch tensor plus ``nnm_gather``. Gemm with compressed weights is run as a 1x1 convolution.
+work-item when M == 1: the GEMV path). Compressed weights stay in their stored form on the
+device: clustered layers go through ``conv_direct`` reading indices and codebook, CSR layers
+through ``conv_csr``, Huffman-coded layers through ``conv_huffman`` (``conv_huffman.py``: a
+work-group per block row decodes its blocks into local memory; decoded at load where it does not
+apply, said in the step note), NNM layers through a centroid convolution into a scratch tensor plus
+``nnm_gather``. Gemm with compressed weights is run as a 1x1 convolution.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ....graph import Node
 from ..config import DeviceConfig
 from ..kernels import (DeviceBuffer, Launch, LoweringContext, NotLowerable, activation_defines, ceil_div,
                        kernel, storage_defines)
+from .conv_huffman import huffman_launch
 from .conv_winograd import scratch_bytes as winograd_scratch_bytes
 from .conv_winograd import winograd_applies, winograd_launches
 
@@ -126,6 +129,11 @@ def conv_launches(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: Devic
         return [_clustered(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
     if kind == "sparse_csr":
         return [_csr(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
+    if kind == "huffman":
+        launch = huffman_launch(ctx, w_name, geom, x, x_half, y, y_half, epilogue)
+        if not isinstance(launch, str):
+            return [launch]
+        ctx.note(f"{w_name}: no block-decoding kernel ({launch})")  # then decoded at load, below
     if winograd_applies(ctx.config, geom, kind):
         return winograd_launches(ctx, node, geom, x, x_half, y, y_half, epilogue)
     if _channel_vectorised(ctx, geom):
