@@ -2,7 +2,7 @@
 ``cl_kernels/conv_huffman.cl``): one work-group per (block row, pixel tile, image) walks its block
 row's blocks, work-item 0 decoding each into local memory and the whole group multiplying it in.
 
-:func:`huffman_launch` returns None where the kernel does not apply (grouped convolutions, a block
+:func:`huffman_launch` returns the reason (a string) where the kernel does not apply (grouped convolutions, a block
 whose entries do not fit the device's local memory, very tall blocks); the caller then runs the
 weights decoded at load and the reason goes into the step note.
 """
