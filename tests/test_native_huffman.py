@@ -37,20 +37,27 @@ def reference(enc: HuffmanBlocks):
     return rows, cols, idx
 
 
-def native(enc: HuffmanBlocks):
+def native(enc: HuffmanBlocks, pairs: bool | None = None):
+    """decode_entries, or with pairs given, the binding with its (gap, index) pair table forced on / off."""
     try:
-        return decode_entries(enc)
+        if pairs is None:
+            return decode_entries(enc)
+        return ext.huffman_decode(enc.rows, enc.cols, enc.block_rows, enc.block_cols, enc.layout, enc.stream,
+                                  enc.block_offsets, enc.block_entries, enc.gap_lengths, enc.index_lengths,
+                                  pairs=pairs)
     except ValueError as exc:
         return exc
 
 
 def assert_same(enc: HuffmanBlocks, what: str = "") -> None:
-    want, got = reference(enc), native(enc)
-    if isinstance(want, Exception) or isinstance(got, Exception):
-        assert isinstance(want, Exception) and isinstance(got, Exception), (what, want, got)
-        return
-    for a, b, name in zip(got, want, ("rows", "cols", "idx")):
-        assert a.dtype == np.int64 and np.array_equal(a, b), (what, name)
+    want = reference(enc)
+    for pairs in (None, False, True):
+        got = native(enc, pairs)
+        if isinstance(want, Exception) or isinstance(got, Exception):
+            assert isinstance(want, Exception) and isinstance(got, Exception), (what, pairs, want, got)
+            continue
+        for a, b, name in zip(got, want, ("rows", "cols", "idx")):
+            assert a.dtype == np.int64 and np.array_equal(a, b), (what, pairs, name)
 
 
 def weights(rng: np.random.Generator, k: int, c: int) -> np.ndarray:

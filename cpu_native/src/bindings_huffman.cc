@@ -39,12 +39,14 @@ const T* vec(const py::array& a, const char* name, char kind, py::ssize_t want =
 struct Arrays {
   k::HuffmanStream s;
   k::HuffmanTable gaps, index;
+  k::HuffmanPairTable pairs;
   size_t total = 0;
 };
 
 void fill(Arrays& a, int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols, const std::string& layout,
           const py::array& stream, const py::array& offsets, const py::array& entries,
-          const std::optional<py::array>& gap_lengths, const std::optional<py::array>& index_lengths) {
+          const std::optional<py::array>& gap_lengths, const std::optional<py::array>& index_lengths,
+          std::optional<bool> pairs = std::nullopt) {
   if (rows <= 0 || cols <= 0) throw py::value_error("rows and cols must be positive");
   if (block_rows <= 0 || block_rows > (1 << 16) || block_cols <= 0 || block_cols > 4095)
     throw py::value_error("blocks of 1..65536 rows and 1..4095 columns");
@@ -72,13 +74,19 @@ void fill(Arrays& a, int64_t rows, int64_t cols, int64_t block_rows, int64_t blo
   }
   s.check();
   for (size_t b = 0; b < nb; ++b) a.total += s.entries[b];
+  // The pair table (4096 entries to build) pays on large tensors; pairs forces it on or off.
+  if (s.gaps != nullptr && s.index != nullptr && pairs.value_or(a.total > 16384)) {
+    a.pairs = k::HuffmanPairTable::build(a.gaps, a.index, static_cast<unsigned>(s.block_cols));
+    s.pairs = &a.pairs;
+  }
 }
 
 py::tuple decode(int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols, const std::string& layout,
                  const py::array& stream, const py::array& offsets, const py::array& entries,
-                 std::optional<py::array> gap_lengths, std::optional<py::array> index_lengths) {
+                 std::optional<py::array> gap_lengths, std::optional<py::array> index_lengths,
+                 std::optional<bool> pairs) {
   Arrays a;
-  fill(a, rows, cols, block_rows, block_cols, layout, stream, offsets, entries, gap_lengths, index_lengths);
+  fill(a, rows, cols, block_rows, block_cols, layout, stream, offsets, entries, gap_lengths, index_lengths, pairs);
   const auto n = static_cast<py::ssize_t>(a.total);
   py::array_t<int64_t> r(n), c(n), i(n);
   int64_t* rp = r.mutable_data();
@@ -182,7 +190,8 @@ void register_huffman(py::module_& m, py::module_& km) {
       "Every entry of Huffman-coded blocks (edgesdk.compress.huffman's format): (rows, cols, idx) int64 arrays in "
       "stored order, idx -1 without index_lengths (raw values). stream uint8 (with its 8 padding bytes), "
       "block_offsets / block_entries uint32, gap_lengths (sparse layout) / index_lengths uint8. Raises ValueError "
-      "naming the block on a stream that breaks the format. Releases the GIL.";
+      "naming the block on a stream that breaks the format. pairs: decode (gap, index) pairs by one lookup "
+      "(default: on large tensors; the result is the same). Releases the GIL.";
   auto cls = py::class_<Conv, std::shared_ptr<Conv>>(
       m, "HuffmanConv1x1",
       "Streaming sparse 1x1 convolution from Huffman-coded weight blocks: each block row is decoded into a "
@@ -222,5 +231,6 @@ void register_huffman(py::module_& m, py::module_& km) {
   for (py::module_* mod : {&m, &km})
     mod->def("huffman_decode", &decode, py::arg("rows"), py::arg("cols"), py::arg("block_rows"), py::arg("block_cols"),
              py::arg("layout"), py::arg("stream"), py::arg("block_offsets"), py::arg("block_entries"),
-             py::arg("gap_lengths") = py::none(), py::arg("index_lengths") = py::none(), decode_doc);
+             py::arg("gap_lengths") = py::none(), py::arg("index_lengths") = py::none(), py::kw_only(),
+             py::arg("pairs") = py::none(), decode_doc);
 }

@@ -59,6 +59,26 @@ HuffmanTable HuffmanTable::build(const uint8_t* lengths, size_t n, const char* w
   return t;
 }
 
+HuffmanPairTable HuffmanPairTable::build(const HuffmanTable& gaps, const HuffmanTable& index, unsigned end_of_row) {
+  HuffmanPairTable t;
+  t.lut.assign(size_t{1} << kHuffmanMaxBits, 0);
+  if (index.symbols > 256) return t;  // indices are bytes here (8 bits); none are paired
+  for (uint32_t i = 0; i < (1u << kHuffmanMaxBits); ++i) {
+    const uint16_t g = gaps.lut[i];
+    const unsigned lg = g >> 12;
+    if (lg == 0) continue;
+    if ((g & 4095u) == end_of_row) {
+      t.lut[i] = uint32_t{lg} << 20 | kEndOfRow;
+      continue;
+    }
+    const uint16_t x = index.lut[i >> lg];  // the bits past the 12 known ones are 0 here...
+    const unsigned lx = x >> 12;
+    if (lx == 0 || lg + lx > kHuffmanMaxBits) continue;  // ...so the index code must fit in the known ones
+    t.lut[i] = (g & 4095u) | uint32_t{x & 255u} << 12 | uint32_t{lg + lx} << 20 | kPair;
+  }
+  return t;
+}
+
 void HuffmanStream::check() const {
   if (rows == 0 || cols == 0) fail("huffman: empty weight matrix");
   if (block_rows == 0 || block_rows > (size_t{1} << 16)) fail("huffman: block_rows must be 1..65536");
@@ -122,13 +142,13 @@ HuffmanStream HuffmanConv1x1::view() const {
   s.entries = entries.data();
   s.gaps = dense ? nullptr : &gaps;
   s.index = has_index ? &index : nullptr;
+  s.pairs = !dense && has_index ? &pairs : nullptr;
   return s;
 }
 
 size_t HuffmanConv1x1::nbytes() const {
   return stream.size() + (offsets.size() + entries.size()) * 4 + (gaps.lut.size() + index.lut.size()) * 2 +
-         value_begin.size() * 8 + values.size() + tables.size() * 4 + bias.size() * 4 +
-         (row_count.size() + row_start.size()) * 4;
+         pairs.lut.size() * 4 + value_begin.size() * 8 + values.size() + tables.size() * 4 + bias.size() * 4;
 }
 
 namespace {
@@ -180,6 +200,10 @@ HuffmanConv1x1 prepare_huffman_conv1x1(size_t rows, size_t cols, size_t block_ro
     if (index_lengths != nullptr) fail("huffman_conv1x1: raw values with an index code");
     if (raw_values == nullptr) fail("huffman_conv1x1: raw values missing");
   }
+  if (!dense && w.has_index) {
+    if (gap_count != block_cols + 1) fail("huffman_conv1x1: gap_lengths must have block_cols + 1 entries");
+    w.pairs = HuffmanPairTable::build(w.gaps, w.index, static_cast<unsigned>(block_cols));
+  }
   const HuffmanStream s = w.view();
   s.check();
   size_t total = 0;
@@ -195,13 +219,12 @@ HuffmanConv1x1 prepare_huffman_conv1x1(size_t rows, size_t cols, size_t block_ro
   }
   w.bias = AlignedBuffer<float>(rows);
   for (size_t r = 0; r < rows; ++r) w.bias[r] = bias != nullptr ? bias[r] : 0.0f;
-  // Decode every block once: validation, and each row's kept entries.
-  w.row_count.assign(rows, 0);
+  // Decode every block once: validation, and each block row's kept entries (the workspace size).
   const size_t gc = s.grid_cols();
+  std::vector<size_t> kept(div_up(rows, block_rows), 0);
   for (size_t b = 0; b < nb; ++b) {
-    const size_t r0 = b / gc * block_rows;
-    size_t vi = w.value_begin[b];
-    uint32_t* counts = w.row_count.data() + r0;
+    const size_t br = b / gc, r0 = br * block_rows;
+    size_t vi = w.value_begin[b], n = 0;
     huffman_decode_block(s, b, [&](size_t r, size_t, int i) {
       bool keep = true;
       switch (kind) {
@@ -209,18 +232,21 @@ HuffmanConv1x1 prepare_huffman_conv1x1(size_t rows, size_t cols, size_t block_ro
         case SpmmValues::F32: keep = reinterpret_cast<const float*>(w.values.data())[vi++] != 0.0f; break;
         case SpmmValues::F16: keep = !f16_zero(reinterpret_cast<const uint16_t*>(w.values.data())[vi++]); break;
       }
-      counts[r] += keep;
+      n += keep;
     });
+    kept[br] += n;
   }
-  w.row_start.assign(rows, 0);
-  for (size_t r0 = 0; r0 < rows; r0 += block_rows) {
-    size_t acc = 0;
-    for (size_t r = r0; r < std::min(rows, r0 + block_rows); ++r) {
-      w.row_start[r] = static_cast<uint32_t>(acc);
-      acc += w.row_count[r];
-    }
-    w.nnz += acc;
-    w.max_block_row_entries = std::max(w.max_block_row_entries, acc);
+  for (size_t n : kept) {
+    w.nnz += n;
+    w.max_block_row_entries = std::max(w.max_block_row_entries, n);
+  }
+  // Whether a decoded entry can be 0.0 (dropped, as pack_sparse_conv1x1 drops it): a coded index
+  // whose value is 0.0 in some table, or a raw value that is 0.0.
+  if (kind == SpmmValues::Codebook) {
+    for (size_t g = 0; g < codebook_groups; ++g)
+      for (size_t i = 0; i < index_count; ++i) w.zero_values |= index_lengths[i] != 0 && codebook[g * index_count + i] == 0.0f;
+  } else {
+    w.zero_values = true;
   }
   switch (kind) {
     case SpmmValues::F32: w.kernel = t->spmm_f32_nb1, w.kernel_name = t->names.spmm_f32_nb1; break;
@@ -239,7 +265,9 @@ struct Workspace {
   std::vector<float> f32;
   std::vector<uint16_t> f16;
   std::vector<uint8_t> u8;
-  std::vector<uint32_t> first, counts, cursor;
+  std::vector<uint32_t> first, counts, row_begin;
+  std::vector<HuffmanBlockReader> readers;  // one per column block
+  std::vector<size_t> value_at;             // raw values: each column block's next value
   std::vector<uint32_t> stamp, bad;  // the dense rule's marks
   uint32_t epoch = 0;
   const HuffmanConv1x1* owner = nullptr;
@@ -259,79 +287,108 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-void decode_block_row(const HuffmanConv1x1& w, const HuffmanStream& s, size_t br, Workspace& ws) {
+// Decodes block row br into the workspace: one reader per column block, opened together, so that
+// each output row's entries come out in column order (row r of block 0, then of block 1, ...);
+// deltas are written as the entries come. value(r, bj, index, v) sets the entry's value and says
+// whether it is kept (not 0.0).
+template <class Out, class Value>
+void decode_rows(const HuffmanConv1x1& w, const HuffmanStream& s, size_t br, Workspace& ws, Out* out,
+                 Value&& value) {
   const size_t r0 = br * w.block_rows, h = std::min(w.block_rows, w.k - r0);
-  const size_t need = std::max<size_t>(w.max_block_row_entries, 1);
-  grow(ws.deltas, need);
-  switch (w.kind) {
-    case SpmmValues::F32: grow(ws.f32, need); break;
-    case SpmmValues::F16: grow(ws.f16, need); break;
-    case SpmmValues::Codebook: grow(ws.u8, need); break;
-  }
-  grow(ws.first, w.block_rows);
-  grow(ws.counts, w.block_rows);
-  grow(ws.cursor, w.block_rows);
-  uint32_t* cursor = ws.cursor.data();
-  for (size_t r = 0; r < h; ++r) cursor[r] = w.row_start[r0 + r];
-  int32_t* cols = ws.deltas.data();
   const size_t gc = s.grid_cols();
-  for (size_t bj = 0; bj < gc; ++bj) {
-    const size_t b = br * gc + bj;
-    const int32_t c0 = static_cast<int32_t>(bj * w.block_cols);
-    switch (w.kind) {
-      case SpmmValues::Codebook: {
-        uint8_t* out = ws.u8.data();
-        const float* tables = w.tables.data() + r0 * w.table_stride;
-        const size_t stride = w.table_stride;
-        huffman_decode_block(s, b, [&](size_t r, size_t col, int i) {
-          if (tables[r * stride + static_cast<size_t>(i)] == 0.0f) return;
-          const uint32_t p = cursor[r]++;
-          cols[p] = c0 + static_cast<int32_t>(col);
-          out[p] = static_cast<uint8_t>(i);
-        });
-        break;
-      }
-      case SpmmValues::F32: {
-        float* out = ws.f32.data();
-        const float* v = reinterpret_cast<const float*>(w.values.data()) + w.value_begin[b];
-        huffman_decode_block(s, b, [&](size_t r, size_t col, int) {
-          const float value = *v++;
-          if (value == 0.0f) return;
-          const uint32_t p = cursor[r]++;
-          cols[p] = c0 + static_cast<int32_t>(col);
-          out[p] = value;
-        });
-        break;
-      }
-      case SpmmValues::F16: {
-        uint16_t* out = ws.f16.data();
-        const uint16_t* v = reinterpret_cast<const uint16_t*>(w.values.data()) + w.value_begin[b];
-        huffman_decode_block(s, b, [&](size_t r, size_t col, int) {
-          const uint16_t value = *v++;
-          if (f16_zero(value)) return;
-          const uint32_t p = cursor[r]++;
-          cols[p] = c0 + static_cast<int32_t>(col);
-          out[p] = value;
-        });
-        break;
-      }
+  HuffmanBlockReader* readers = ws.readers.data();
+  for (size_t bj = 0; bj < gc; ++bj) readers[bj].open(s, br * gc + bj);
+  int32_t* d = ws.deltas.data();
+  const uint32_t cap = static_cast<uint32_t>(ws.deltas.size());
+  uint32_t p = 0;
+  for (size_t r = 0; r < h; ++r) {
+    const uint32_t begin = p;
+    int32_t prev = 0;
+    for (size_t bj = 0; bj < gc; ++bj) {
+      const int32_t c0 = static_cast<int32_t>(bj * w.block_cols);
+      auto emit = [&](size_t col, int i) {
+        Out v;
+        if (!value(r, bj, i, v) || p == cap) return;  // (cap: prepare counted the same entries)
+        const int32_t c = c0 + static_cast<int32_t>(col);
+        if (p != begin) d[p - 1] = c - prev;
+        prev = c;
+        out[p++] = v;
+      };
+      if (w.dense) readers[bj].dense_row(r, emit);
+      else readers[bj].sparse_row(r, emit);
+    }
+    ws.row_begin[r] = begin;
+    ws.counts[r] = p - begin;
+    if (p != begin) {
+      d[p - 1] = 0;
+      // the first channel: the last one minus the deltas of the row
+      int32_t c = prev;
+      for (uint32_t j = begin; j + 1 < p; ++j) c -= d[j];
+      ws.first[r] = static_cast<uint32_t>(c);
+    } else {
+      ws.first[r] = 0;
     }
   }
-  // Channels -> the kernels' deltas (to the row's next stored channel; 0 after the last).
-  for (size_t r = 0; r < h; ++r) {
-    const uint32_t begin = w.row_start[r0 + r], n = w.row_count[r0 + r];
-    ws.counts[r] = n;
-    ws.first[r] = n != 0 ? static_cast<uint32_t>(cols[begin]) : 0u;
-    int32_t* d = cols + begin;
-    for (uint32_t j = 0; j + 1 < n; ++j) d[j] = d[j + 1] - d[j];
-    if (n != 0) d[n - 1] = 0;
+  for (size_t bj = 0; bj < gc; ++bj) readers[bj].finish();
+}
+
+void decode_block_row(const HuffmanConv1x1& w, const HuffmanStream& s, size_t br, Workspace& ws) {
+  const size_t need = std::max<size_t>(w.max_block_row_entries, 1);
+  grow(ws.deltas, need);
+  grow(ws.first, w.block_rows);
+  grow(ws.counts, w.block_rows);
+  grow(ws.row_begin, w.block_rows);
+  grow(ws.readers, s.grid_cols());
+  const size_t r0 = br * w.block_rows;
+  switch (w.kind) {
+    case SpmmValues::Codebook: {
+      grow(ws.u8, need);
+      const float* tables = w.tables.data() + r0 * w.table_stride;
+      const size_t stride = w.table_stride;
+      if (w.zero_values)
+        decode_rows(w, s, br, ws, ws.u8.data(), [&](size_t r, size_t, int i, uint8_t& v) {
+          v = static_cast<uint8_t>(i);
+          return tables[r * stride + static_cast<size_t>(i)] != 0.0f;
+        });
+      else
+        decode_rows(w, s, br, ws, ws.u8.data(), [](size_t, size_t, int i, uint8_t& v) {
+          v = static_cast<uint8_t>(i);
+          return true;
+        });
+      break;
+    }
+    case SpmmValues::F32: {
+      grow(ws.f32, need);
+      // raw values: each block's next value (entries of a block are in row order)
+      grow(ws.value_at, s.grid_cols());
+      for (size_t bj = 0; bj < s.grid_cols(); ++bj) ws.value_at[bj] = w.value_begin[br * s.grid_cols() + bj];
+      const float* src = reinterpret_cast<const float*>(w.values.data());
+      size_t* at = ws.value_at.data();
+      decode_rows(w, s, br, ws, ws.f32.data(), [&](size_t, size_t j, int, float& v) {
+        v = src[at[j]++];
+        return v != 0.0f;
+      });
+      break;
+    }
+    case SpmmValues::F16: {
+      grow(ws.f16, need);
+      grow(ws.value_at, s.grid_cols());
+      for (size_t bj = 0; bj < s.grid_cols(); ++bj) ws.value_at[bj] = w.value_begin[br * s.grid_cols() + bj];
+      const uint16_t* src = reinterpret_cast<const uint16_t*>(w.values.data());
+      size_t* at = ws.value_at.data();
+      decode_rows(w, s, br, ws, ws.f16.data(), [&](size_t, size_t j, int, uint16_t& v) {
+        v = src[at[j]++];
+        return !f16_zero(v);
+      });
+      break;
+    }
   }
 }
 
 // The dense rule (operators_sparse.h) for pixels [p0, p0 + len) of one image and the h rows of the
 // decoded block row: output (row, p) becomes NaN where an input channel non-finite at p has no
 // stored (non-zero) weight in the row. x: the image; y: the block row's first output row.
-void dense_rule(const HuffmanConv1x1& w, size_t r0, size_t h, Workspace& ws, const float* x, size_t hw, size_t p0,
+void dense_rule(const HuffmanConv1x1& w, size_t h, Workspace& ws, const float* x, size_t hw, size_t p0,
                 size_t len, float* y) {
   grow(ws.stamp, w.c);
   for (size_t p = p0; p < p0 + len; ++p) {
@@ -347,7 +404,7 @@ void dense_rule(const HuffmanConv1x1& w, size_t r0, size_t h, Workspace& ws, con
       }
     if (ws.bad.empty()) continue;
     for (size_t r = 0; r < h; ++r) {
-      const int32_t* d = ws.deltas.data() + w.row_start[r0 + r];
+      const int32_t* d = ws.deltas.data() + ws.row_begin[r];
       size_t col = ws.first[r], hits = 0;
       for (uint32_t j = 0; j < ws.counts[r]; ++j) {
         hits += ws.stamp[col] == ws.epoch;
@@ -426,7 +483,7 @@ HuffmanRunStats huffman_conv1x1(const float* x, size_t n, size_t hw, const Huffm
         const float* xi = x + img * w.c * hw;
         float* yr = y + img * w.k * hw + r0 * hw;
         w.kernel(len, h, xi + p0, hw, &blocks, yr + p0, hw, &clamp);
-        if (flags[item]) dense_rule(w, r0, h, ws, xi, hw, p0, len, yr);
+        if (flags[item]) dense_rule(w, h, ws, xi, hw, p0, len, yr);
         if (post)
           for (size_t r = 0; r < h; ++r) t.activation(yr + r * hw + p0, len, &act);
       }

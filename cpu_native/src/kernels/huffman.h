@@ -50,6 +50,17 @@ struct HuffmanTable {
   static HuffmanTable build(const uint8_t* lengths, size_t n, const char* what);
 };
 
+// The sparse layout's (gap, index) pairs whose two codes fit in 12 bits together, decoded by one
+// lookup: pairs[bits & 4095] = gap | index << 12 | length << 20 | kPair, or length << 20 | kEndOfRow
+// for the end-of-row code, 0 where the gap code is none or the two codes need more than 12 bits
+// (the decoder then takes them one by one).
+struct HuffmanPairTable {
+  static constexpr uint32_t kPair = 1u << 31;
+  static constexpr uint32_t kEndOfRow = 1u << 30;  // the end-of-row code (length in bits 20+)
+  std::vector<uint32_t> lut;
+  static HuffmanPairTable build(const HuffmanTable& gaps, const HuffmanTable& index, unsigned end_of_row);
+};
+
 // One tensor's coded blocks (views; nothing owned). index == nullptr: raw values (no index code).
 struct HuffmanStream {
   size_t rows = 0, cols = 0, block_rows = 0, block_cols = 0;
@@ -60,6 +71,7 @@ struct HuffmanStream {
   const uint32_t* entries = nullptr;     // blocks
   const HuffmanTable* gaps = nullptr;    // sparse layout: alphabet block_cols + 1
   const HuffmanTable* index = nullptr;   // codebook indices (dense layout: required)
+  const HuffmanPairTable* pairs = nullptr;  // optional (sparse layout with an index code): faster
 
   size_t grid_rows() const { return div_up(rows, block_rows); }
   size_t grid_cols() const { return div_up(cols, block_cols); }
@@ -82,73 +94,170 @@ inline uint64_t load_bits(const uint8_t* p, uint64_t bit) {
 }
 }  // namespace huffman_detail
 
-// Decodes block b of s (s.check() passed), calling emit(local_row, local_col, index) for every
-// entry in stored order (index -1 without an index code). Throws std::invalid_argument on a code
-// that is none, a code running past the block's end, a column outside the block, or an entry count
-// other than s.entries[b] (checked before the extra entry is emitted). Returns the entry count.
-template <class Emit>
-size_t huffman_decode_block(const HuffmanStream& s, size_t b, Emit&& emit) {
-  using huffman_detail::load_bits;
-  const size_t gc = s.grid_cols();
-  const size_t bi = b / gc, bj = b % gc;
-  const size_t h = std::min(s.block_rows, s.rows - bi * s.block_rows);
-  const size_t w = std::min(s.block_cols, s.cols - bj * s.block_cols);
-  const uint8_t* base = s.stream;
-  uint64_t pos = uint64_t{s.offsets[b]} * 8;
-  const uint64_t end = uint64_t{s.offsets[b + 1]} * 8;
-  const size_t expected = s.entries[b];
-  const uint16_t* ilut = s.index != nullptr ? s.index->lut.data() : nullptr;
-  size_t count = 0;
-  if (s.dense) {
-    if (expected != h * w) huffman_fail(b, "claims " + std::to_string(expected) + " entries, its weights are " +
-                                               std::to_string(h * w));
-    for (size_t r = 0; r < h; ++r)
-      for (size_t col = 0; col < w; ++col) {
-        const uint16_t e = ilut[load_bits(base, pos) & 4095];
-        const unsigned len = e >> 12;
-        if (len == 0) huffman_fail(b, "row " + std::to_string(r) + ": bits that are no index code");
-        pos += len;
-        if (pos > end) huffman_fail(b, "row " + std::to_string(r) + ": an index code runs past the block's end");
-        emit(r, col, static_cast<int>(e & 4095));
-      }
-    return h * w;
-  }
-  const uint16_t* glut = s.gaps->lut.data();
-  const unsigned eor = static_cast<unsigned>(s.block_cols);
-  for (size_t r = 0; r < h; ++r) {
-    size_t col = ~size_t{0};  // -1: the next column is previous + 1 + gap
-    for (;;) {
-      uint64_t bits = load_bits(base, pos);  // >= 57 valid bits: a gap and an index code
-      const uint16_t e = glut[bits & 4095];
-      const unsigned len = e >> 12;
-      if (len == 0) huffman_fail(b, "row " + std::to_string(r) + ": bits that are no gap code");
-      pos += len;
-      if (pos > end) huffman_fail(b, "row " + std::to_string(r) + ": a gap code runs past the block's end");
-      const unsigned g = e & 4095;
-      if (g == eor) break;
-      col += 1 + g;
-      if (col >= w)
-        huffman_fail(b, "row " + std::to_string(r) + " steps to column " + std::to_string(col) + " of " +
-                            std::to_string(w));
-      int idx = -1;
-      if (ilut != nullptr) {
-        bits >>= len;
-        const uint16_t ei = ilut[bits & 4095];
-        const unsigned li = ei >> 12;
-        if (li == 0) huffman_fail(b, "row " + std::to_string(r) + ": bits that are no index code");
-        pos += li;
-        if (pos > end) huffman_fail(b, "row " + std::to_string(r) + ": an index code runs past the block's end");
-        idx = static_cast<int>(ei & 4095);
-      }
-      if (count == expected)
-        huffman_fail(b, "decodes to more than the " + std::to_string(expected) + " entries it claims");
-      ++count;
-      emit(r, col, idx);
+// Reads one block a row at a time (the convolution keeps one reader per column block of a block
+// row open, so that each output row's entries come out in column order across the blocks). Every
+// method throws std::invalid_argument (huffman_fail) on a code that is none, a code running past
+// the block's end, a column outside the block, or more entries than s.entries[b]; finish() on fewer.
+//
+// The bit buffer holds at least 24 bits (a gap and an index code) at each entry: it is refilled
+// (one unaligned 8-byte load at the consumed bit's byte, >= 56 bits) when it holds fewer. The load
+// starts at or before the block's end byte, so it stays inside the stream and its padding.
+struct HuffmanBlockReader {
+  const uint8_t* base = nullptr;
+  uint64_t pos = 0, end = 0;  // bits consumed (from the stream's start); the block's end
+  uint64_t buf = 0;
+  unsigned avail = 0;
+  size_t block = 0, width = 0, count = 0, expected = 0;
+  const uint16_t* glut = nullptr;
+  const uint16_t* ilut = nullptr;
+  const uint32_t* plut = nullptr;
+  unsigned eor = 0;
+
+  void open(const HuffmanStream& s, size_t b) {
+    const size_t gc = s.grid_cols();
+    const size_t bi = b / gc, bj = b % gc;
+    width = std::min(s.block_cols, s.cols - bj * s.block_cols);
+    base = s.stream;
+    pos = uint64_t{s.offsets[b]} * 8;
+    end = uint64_t{s.offsets[b + 1]} * 8;
+    avail = 0;
+    block = b;
+    count = 0;
+    expected = s.entries[b];
+    glut = s.gaps != nullptr ? s.gaps->lut.data() : nullptr;
+    ilut = s.index != nullptr ? s.index->lut.data() : nullptr;
+    plut = ilut != nullptr && s.pairs != nullptr ? s.pairs->lut.data() : nullptr;
+    eor = static_cast<unsigned>(s.block_cols);
+    if (s.dense) {
+      const size_t h = std::min(s.block_rows, s.rows - bi * s.block_rows);
+      if (expected != h * width)
+        huffman_fail(b, "claims " + std::to_string(expected) + " entries, its weights are " + std::to_string(h * width));
     }
   }
-  if (count != expected)
-    huffman_fail(b, "decodes to " + std::to_string(count) + " entries, it claims " + std::to_string(expected));
-  return count;
+
+  // Sparse layout: row r's entries up to its end-of-row code, emit(col, index) each (block-local
+  // column; index -1 without an index code). The state lives in locals while the row lasts (the
+  // emitted stores may alias anything, which would send it through memory at every code).
+  template <class Emit>
+  void sparse_row(size_t r, Emit&& emit) {
+    uint64_t b_ = buf, p_ = pos;
+    unsigned a_ = avail;
+    size_t n_ = count;
+    const uint64_t end_ = end;
+    const size_t w_ = width, expected_ = expected;
+    const uint8_t* base_ = base;
+    const uint16_t* g_ = glut;
+    const uint16_t* i_ = ilut;
+    const uint32_t* pl_ = plut;
+    const unsigned eor_ = eor;
+    auto fail_at = [&](const std::string& what) { huffman_fail(block, "row " + std::to_string(r) + ": " + what); };
+    auto consume = [&](unsigned len, const char* what) {
+      b_ >>= len;
+      a_ -= len;
+      p_ += len;
+      if (p_ > end_) fail_at(std::string(what) + " runs past the block's end");
+    };
+    auto entry = [&](size_t col) {
+      if (col >= w_)
+        huffman_fail(block, "row " + std::to_string(r) + " steps to column " + std::to_string(col) + " of " +
+                                std::to_string(w_));
+      if (n_ == expected_)
+        huffman_fail(block, "decodes to more than the " + std::to_string(expected_) + " entries it claims");
+      ++n_;
+    };
+    size_t col = ~size_t{0};  // -1: the next column is previous + 1 + gap
+    for (;;) {
+      if (a_ < 2 * kHuffmanMaxBits) {
+        b_ = huffman_detail::load_bits(base_, p_);
+        a_ = 56;
+      }
+      if (pl_ != nullptr) {
+        const uint32_t pe = pl_[b_ & 4095];
+        if (pe & HuffmanPairTable::kPair) {
+          consume((pe >> 20) & 31, "a code");
+          col += 1 + (pe & 4095);
+          entry(col);
+          emit(col, static_cast<int>((pe >> 12) & 255));
+          continue;
+        }
+        if (pe & HuffmanPairTable::kEndOfRow) {
+          consume((pe >> 20) & 31, "a gap code");
+          break;
+        }
+      }
+      const uint16_t e = g_[b_ & 4095];
+      const unsigned len = e >> 12;
+      if (len == 0) fail_at("bits that are no gap code");
+      consume(len, "a gap code");
+      const unsigned g = e & 4095;
+      if (g == eor_) break;
+      col += 1 + g;
+      int idx = -1;
+      if (i_ != nullptr) {
+        const uint16_t ei = i_[b_ & 4095];
+        const unsigned li = ei >> 12;
+        if (li == 0) fail_at("bits that are no index code");
+        consume(li, "an index code");
+        idx = static_cast<int>(ei & 4095);
+      }
+      entry(col);
+      emit(col, idx);
+    }
+    buf = b_;
+    pos = p_;
+    avail = a_;
+    count = n_;
+  }
+
+  // Dense layout: row r's `width` index codes.
+  template <class Emit>
+  void dense_row(size_t r, Emit&& emit) {
+    uint64_t b_ = buf, p_ = pos;
+    unsigned a_ = avail;
+    const uint64_t end_ = end;
+    const uint8_t* base_ = base;
+    const uint16_t* i_ = ilut;
+    const size_t w_ = width;
+    for (size_t col = 0; col < w_; ++col) {
+      if (a_ < kHuffmanMaxBits) {
+        b_ = huffman_detail::load_bits(base_, p_);
+        a_ = 56;
+      }
+      const uint16_t e = i_[b_ & 4095];
+      const unsigned len = e >> 12;
+      if (len == 0) huffman_fail(block, "row " + std::to_string(r) + ": bits that are no index code");
+      b_ >>= len;
+      a_ -= len;
+      p_ += len;
+      if (p_ > end_) huffman_fail(block, "row " + std::to_string(r) + ": an index code runs past the block's end");
+      emit(col, static_cast<int>(e & 4095));
+    }
+    buf = b_;
+    pos = p_;
+    avail = a_;
+    count += w_;
+  }
+
+  void finish() const {
+    if (count != expected)
+      huffman_fail(block, "decodes to " + std::to_string(count) + " entries, it claims " + std::to_string(expected));
+  }
+};
+
+// Decodes block b of s (s.check() passed), calling emit(local_row, local_col, index) for every
+// entry in stored order (index -1 without an index code). Throws as HuffmanBlockReader. Returns the
+// entry count.
+template <class Emit>
+size_t huffman_decode_block(const HuffmanStream& s, size_t b, Emit&& emit) {
+  HuffmanBlockReader reader;
+  reader.open(s, b);
+  const size_t h = std::min(s.block_rows, s.rows - b / s.grid_cols() * s.block_rows);
+  for (size_t r = 0; r < h; ++r) {
+    if (s.dense) reader.dense_row(r, [&](size_t col, int i) { emit(r, col, i); });
+    else reader.sparse_row(r, [&](size_t col, int i) { emit(r, col, i); });
+  }
+  reader.finish();
+  return reader.count;
 }
 
 // Every entry of every block in stored order: rows, cols (tensor coordinates) and the codebook
@@ -170,21 +279,21 @@ struct HuffmanConv1x1 {
   std::vector<uint8_t> stream;
   std::vector<uint32_t> offsets, entries;
   HuffmanTable gaps, index;
+  HuffmanPairTable pairs;  // sparse layout with an index code
   bool has_index = false;
   std::vector<size_t> value_begin;  // raw values: per block, its first value
   AlignedBuffer<uint8_t> values;    // raw values (fp32 or fp16 bits), entry order
   AlignedBuffer<float> tables;      // codebook: G x T floats
   size_t table_size = 0, table_stride = 0;  // T; floats between two rows' tables (0: one table)
   AlignedBuffer<float> bias;        // K
-  // Per output row: its kept (non-zero) entries; the workspace's start of each row in its block row.
-  std::vector<uint32_t> row_count, row_start;
   size_t max_block_row_entries = 0;  // the workspace size
   size_t nnz = 0;                    // kept entries (value != 0.0)
+  bool zero_values = false;          // a decoded entry may be 0.0 (checked and dropped while decoding)
 
   HuffmanStream view() const;
   size_t grid_rows() const { return div_up(k, block_rows); }
   size_t elem_size() const { return kind == SpmmValues::F32 ? 4 : kind == SpmmValues::F16 ? 2 : 1; }
-  size_t nbytes() const;  // what the object holds (the coded weights, tables, bias, row counts)
+  size_t nbytes() const;  // what the object holds (the coded weights, tables, bias)
 };
 
 // Prepares the convolution of K = rows output channels, C = cols input channels: the stream (as
