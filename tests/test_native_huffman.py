@@ -454,3 +454,52 @@ def test_conv_decode_only_and_arguments() -> None:
     with pytest.raises(ValueError, match="block"):
         ext.HuffmanConv1x1(64, 96, 16, 32, "sparse", bad, enc.block_offsets, enc.block_entries, enc.gap_lengths,
                            values=enc.values)
+
+
+def test_conv_from_several_python_threads() -> None:
+    """One prepared object, run from 4 Python threads at once (the workspaces are per thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(35)
+    w = weights(rng, 300, 200)
+    enc = encode_huffman(encode_sparse(w, prune_mask(w, 0.85), bits=4), block=(32, 64))
+    conv = prepare_conv1x1(enc)
+    m = enc.decode().reshape(300, 200)
+    xs = [rng.standard_normal((2, 200, 5, 7)).astype(np.float32) for _ in range(8)]
+
+    def one(i: int) -> np.ndarray:
+        y = np.empty((2, 300, 5, 7), np.float32)
+        for _ in range(5):
+            conv.run(xs[i], y, threads=1 + i % 3)
+        return y
+
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(one, range(8)))
+    for x, y in zip(xs, outs):
+        np.testing.assert_allclose(y, dense_reference(m, x, None).reshape(y.shape), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_under_edgesdk_cpu_isa() -> None:
+    """EDGESDK_CPU_ISA picks the level the prepared object takes by default (a fresh process)."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np\n"
+        "from edgesdk.backends.cpu.huffman import prepare_conv1x1\n"
+        "from edgesdk.compress.encode import encode_huffman, encode_sparse, prune_mask\n"
+        "rng = np.random.default_rng(0)\n"
+        "w = rng.standard_normal((40, 50, 1, 1)).astype(np.float32)\n"
+        "enc = encode_huffman(encode_sparse(w, prune_mask(w, 0.7), bits=3), block=(16, 16))\n"
+        "conv = prepare_conv1x1(enc)\n"
+        "x = rng.standard_normal((2, 50, 6, 6)).astype(np.float32)\n"
+        "y = np.empty((2, 40, 6, 6), np.float32)\n"
+        "conv.run(x, y, threads=2)\n"
+        "m = enc.decode().reshape(40, 50).astype(np.float64)\n"
+        "want = np.einsum('kc,ncp->nkp', m, x.reshape(2, 50, -1).astype(np.float64)).reshape(y.shape)\n"
+        "assert np.allclose(y, want, rtol=1e-4, atol=1e-4)\n"
+        "print(conv.isa)\n")
+    for level in ext.kernels.supported_isas():
+        env = {**os.environ, "EDGESDK_CPU_ISA": level}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == level
