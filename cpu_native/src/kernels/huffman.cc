@@ -178,7 +178,12 @@ HuffmanConv1x1 prepare_huffman_conv1x1(size_t rows, size_t cols, size_t block_ro
   if (block_rows == 0 || block_rows > (size_t{1} << 16) || block_cols == 0 || block_cols > 4095)
     fail("huffman_conv1x1: blocks of 1..65536 rows and 1..4095 columns");
   const size_t nb = div_up(rows, block_rows) * div_up(cols, block_cols);
+  if (stream == nullptr || offsets == nullptr || entries == nullptr) fail("huffman_conv1x1: missing arrays");
+  if (uint64_t{offsets[nb]} + kHuffmanPadding > stream_bytes)
+    fail("huffman_conv1x1: the stream has " + std::to_string(stream_bytes) + " bytes, the blocks need " +
+         std::to_string(offsets[nb]) + " and " + std::to_string(kHuffmanPadding) + " of padding");
   w.stream.assign(stream, stream + stream_bytes);
+  w.stream.resize(stream_bytes + (kHuffmanWidePadding - kHuffmanPadding), 0);  // the wide refills' room
   w.offsets.assign(offsets, offsets + nb + 1);
   w.entries.assign(entries, entries + nb);
   if (!dense) w.gaps = HuffmanTable::build(gap_lengths, gap_count, "gap_lengths");
@@ -314,8 +319,8 @@ void decode_rows(const HuffmanConv1x1& w, const HuffmanStream& s, size_t br, Wor
         prev = c;
         out[p++] = v;
       };
-      if (w.dense) readers[bj].dense_row(r, emit);
-      else readers[bj].sparse_row(r, emit);
+      if (w.dense) readers[bj].dense_row<true>(r, emit);
+      else readers[bj].sparse_row<true>(r, emit);
     }
     ws.row_begin[r] = begin;
     ws.counts[r] = p - begin;

@@ -37,6 +37,7 @@ namespace edgesdk::kernels {
 
 constexpr unsigned kHuffmanMaxBits = 12;
 constexpr size_t kHuffmanPadding = 8;  // zero bytes after the last block
+constexpr size_t kHuffmanWidePadding = 24;  // what the readers' wide refills need
 
 // A canonical code's decoding table: lut[bits & 4095] = symbol | length << 12 for the code whose
 // bit-reversed value is the low `length` bits of `bits`, 0 (length 0) where no code matches.
@@ -104,6 +105,7 @@ inline uint64_t load_bits(const uint8_t* p, uint64_t bit) {
 // starts at or before the block's end byte, so it stays inside the stream and its padding.
 struct HuffmanBlockReader {
   const uint8_t* base = nullptr;
+  const uint8_t* next = nullptr;  // Wide refills: the next byte to load
   uint64_t pos = 0, end = 0;  // bits consumed (from the stream's start); the block's end
   uint64_t buf = 0;
   unsigned avail = 0;
@@ -120,6 +122,8 @@ struct HuffmanBlockReader {
     base = s.stream;
     pos = uint64_t{s.offsets[b]} * 8;
     end = uint64_t{s.offsets[b + 1]} * 8;
+    next = base + s.offsets[b];
+    buf = 0;
     avail = 0;
     block = b;
     count = 0;
@@ -138,9 +142,15 @@ struct HuffmanBlockReader {
   // Sparse layout: row r's entries up to its end-of-row code, emit(col, index) each (block-local
   // column; index -1 without an index code). The state lives in locals while the row lasts (the
   // emitted stores may alias anything, which would send it through memory at every code).
-  template <class Emit>
+  //
+  // Wide: refills OR 8 new bytes above the bits held (Giesen's branchless refill: the load's
+  // address does not wait for the codes being decoded), reading up to 16 bytes past the consumed
+  // bit: only for a stream with at least kHuffmanWidePadding bytes after its last block (the
+  // convolution's own copy).
+  template <bool Wide = false, class Emit>
   void sparse_row(size_t r, Emit&& emit) {
     uint64_t b_ = buf, p_ = pos;
+    const uint8_t* q_ = next;
     unsigned a_ = avail;
     size_t n_ = count;
     const uint64_t end_ = end;
@@ -168,8 +178,14 @@ struct HuffmanBlockReader {
     size_t col = ~size_t{0};  // -1: the next column is previous + 1 + gap
     for (;;) {
       if (a_ < 2 * kHuffmanMaxBits) {
-        b_ = huffman_detail::load_bits(base_, p_);
-        a_ = 56;
+        if constexpr (Wide) {
+          b_ |= huffman_detail::load_bits(q_, 0) << a_;
+          q_ += (63 - a_) >> 3;
+          a_ |= 56;
+        } else {
+          b_ = huffman_detail::load_bits(base_, p_);
+          a_ = 56;
+        }
       }
       if (pl_ != nullptr) {
         const uint32_t pe = pl_[b_ & 4095];
@@ -205,14 +221,16 @@ struct HuffmanBlockReader {
     }
     buf = b_;
     pos = p_;
+    next = q_;
     avail = a_;
     count = n_;
   }
 
-  // Dense layout: row r's `width` index codes.
-  template <class Emit>
+  // Dense layout: row r's `width` index codes (Wide: as sparse_row).
+  template <bool Wide = false, class Emit>
   void dense_row(size_t r, Emit&& emit) {
     uint64_t b_ = buf, p_ = pos;
+    const uint8_t* q_ = next;
     unsigned a_ = avail;
     const uint64_t end_ = end;
     const uint8_t* base_ = base;
@@ -220,8 +238,14 @@ struct HuffmanBlockReader {
     const size_t w_ = width;
     for (size_t col = 0; col < w_; ++col) {
       if (a_ < kHuffmanMaxBits) {
-        b_ = huffman_detail::load_bits(base_, p_);
-        a_ = 56;
+        if constexpr (Wide) {
+          b_ |= huffman_detail::load_bits(q_, 0) << a_;
+          q_ += (63 - a_) >> 3;
+          a_ |= 56;
+        } else {
+          b_ = huffman_detail::load_bits(base_, p_);
+          a_ = 56;
+        }
       }
       const uint16_t e = i_[b_ & 4095];
       const unsigned len = e >> 12;
@@ -234,6 +258,7 @@ struct HuffmanBlockReader {
     }
     buf = b_;
     pos = p_;
+    next = q_;
     avail = a_;
     count += w_;
   }
