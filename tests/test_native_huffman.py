@@ -180,6 +180,9 @@ def test_moved_offsets_and_wrong_entry_counts() -> None:
         offsets = enc.block_offsets.copy()
         offsets[0] = 1
         expect_error(crafted(enc, block_offsets=offsets))
+        entries = enc.block_entries.copy()
+        entries[0] = min(16 * 32, 8 * int(enc.block_offsets[1]) + 1)  # more entries than its bits
+        expect_error(crafted(enc, block_entries=entries), "block 0")
         expect_error(crafted(enc, stream=enc.stream[:-1]), "stream")  # one byte short of the padding
         expect_error(crafted(enc, stream=enc.stream[:3]), "stream")
         expect_error(crafted(enc, block_offsets=enc.block_offsets[:-1]), "block_offsets")

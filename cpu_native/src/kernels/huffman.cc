@@ -102,6 +102,10 @@ void HuffmanStream::check() const {
     if (entries[b] > h * w)
       huffman_fail(b, "claims " + std::to_string(entries[b]) + " entries, it has " + std::to_string(h * w) +
                           " weights");
+    // every entry takes a code of at least one bit: this bounds what a decoder allocates by the stream
+    if (entries[b] > uint64_t{offsets[b + 1] - offsets[b]} * 8)
+      huffman_fail(b, "claims " + std::to_string(entries[b]) + " entries in " +
+                          std::to_string(offsets[b + 1] - offsets[b]) + " bytes");
   }
   if (uint64_t{offsets[nb]} + kHuffmanPadding > stream_bytes)
     fail("huffman: the stream has " + std::to_string(stream_bytes) + " bytes, the blocks need " +
