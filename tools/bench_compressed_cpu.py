@@ -5,6 +5,7 @@ same process, in interleaved blocks (order reversed every other round, a pause b
     python tools/bench_compressed_cpu.py sparse [--models mobilenet_v2 ...] [--prune 0.9]
                                                 [--threads 1 2] [--rounds 3] [--min-time 2] [--size 224]
     python tools/bench_compressed_cpu.py clustered [--bits 4] [--threads 1 2] [--rounds 3] [--min-time 1]
+    python tools/bench_compressed_cpu.py huffman [--prune 0.9] [--bits 4] [--block 128 128] [--threads 1 2]
 
 ``sparse``: a pruned model (``edgesdk pack --prune P``) three ways:
 - ``sparse``: as the session runs it by default (1x1 layers at or above the level's crossover
@@ -23,6 +24,14 @@ per layer, on the ClusteredConvPlan (indirection buffer, no im2col), against the
 dense: the session's default (Winograd where it wins) and the direct indirect GEMM
 (``EDGESDK_CPU_WINOGRAD=0``), with the per-call memory the clustered step holds (indirection +
 decoded panel per thread) next to what the im2col path it replaced wrote (padded copy + im2col).
+
+``huffman``: MobileNetV2's 1x1 shapes (224 x 224, batch 1) pruned to --prune and clustered to
+--bits (a per-layer codebook), Huffman-coded in blocks of --block (``encode_huffman``), run by the
+streaming ``HuffmanConv1x1`` (each block row decoded into a per-thread workspace just before use)
+against ``sparse_conv1x1`` on the same weights packed at load (the packer's NB, and NB = 1: the
+streaming kernel's), with the decode alone (``decode_only``: every block row into the workspaces)
+and its share of the streaming layer's time (target < 10%), and the stored bytes of each. Also the
+load-time check: ``decode_entries`` (the package validator) on a 512 x 4608 layer at --prune.
 """
 from __future__ import annotations
 
@@ -178,6 +187,73 @@ def bench_clustered(args) -> list[dict]:
     return rows
 
 
+# MobileNetV2 (224 x 224): its 1x1 convolutions' shapes (C in, K out, H = W), as kernel_bench's list
+MOBILENETV2_1X1 = [(32, 16, 112), (16, 96, 112), (24, 144, 56), (144, 24, 56), (32, 192, 28), (192, 32, 28),
+                   (64, 384, 14), (384, 64, 14), (96, 576, 14), (576, 96, 14), (160, 960, 7), (960, 160, 7),
+                   (320, 1280, 7)]
+
+
+def bench_huffman(args) -> list[dict]:
+    from edgesdk import _native
+    from edgesdk.backends.cpu.huffman import decode_entries, prepare_conv1x1
+    from edgesdk.compress.encode import encode_huffman, encode_sparse, prune_mask
+    rng = np.random.default_rng(0)
+    block = tuple(args.block)
+    big = rng.standard_normal((512, 4608, 1, 1)).astype(np.float32)
+    big_enc = encode_huffman(encode_sparse(big, prune_mask(big, args.prune)), block=block)
+    check_ms = 1000 * float(np.median(time_calls(lambda: decode_entries(big_enc), warmup=2, min_runs=10,
+                                                 min_time_s=0.5)))
+    print(json.dumps({"check": "decode_entries 512x4608", "prune": args.prune, "entries": big_enc.entries,
+                      "ms": round(check_ms, 3)}), flush=True)
+    rows = []
+    for c, k, size in MOBILENETV2_1X1:
+        w = (rng.standard_normal((k, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+        bias = (rng.standard_normal(k) * 0.1).astype(np.float32)
+        enc = encode_huffman(encode_sparse(w, prune_mask(w, args.prune), bits=args.bits), block=block)
+        conv = prepare_conv1x1(enc, bias)
+        er, ec, ei = decode_entries(enc)
+        order = np.lexsort((ec, er))
+        row_ptr = np.concatenate([[0], np.cumsum(np.bincount(er, minlength=k))]).astype(np.int64)
+        book = np.ascontiguousarray(enc.codebook, dtype=np.float32)
+        packed = {nb: _native.pack_sparse_conv1x1(row_ptr, ec[order].astype(np.int32), None, bias, c,
+                                                  indices=ei[order].astype(np.uint8), codebook=book, block=nb)
+                  for nb in (0, 1)}
+        x = rng.standard_normal((1, c, size, size)).astype(np.float32)
+        for threads in args.threads:
+            ys = {key: np.empty((1, k, size, size), np.float32) for key in ("huffman", "sparse", "sparse_nb1")}
+            runners = {
+                "huffman": lambda t=threads: conv.run(x, ys["huffman"], "relu6", None, None, t),
+                "sparse": lambda t=threads: _native.sparse_conv1x1(x, packed[0], ys["sparse"], "relu6", None, None, t),
+                "sparse_nb1": lambda t=threads: _native.sparse_conv1x1(x, packed[1], ys["sparse_nb1"], "relu6", None,
+                                                                       None, t),
+                "decode": lambda t=threads: conv.decode_only(t),
+            }
+            times = interleaved({key: timer(run) for key, run in runners.items()}, args.rounds, args.min_time)
+            med = {key: 1000 * float(np.median(v)) for key, v in times.items()}
+            assert np.array_equal(ys["huffman"], ys["sparse_nb1"]), "streaming != sparse_conv1x1 (NB 1)"
+            row = {"layer": f"{c}->{k} {size}x{size}", "threads": threads, "isa": conv.isa, "nnz": conv.nnz,
+                   **{f"{key}_ms": round(v, 4) for key, v in med.items()},
+                   "decode_share": round(med["decode"] / med["huffman"], 3),
+                   "huffman_over_sparse": round(med["huffman"] / med["sparse"], 2),
+                   "huffman_bytes": enc.nbytes, "sparse_packed_bytes": packed[0].nbytes, "sparse_nb": packed[0].block}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"# decode_entries (load-time check) 512x4608 at {args.prune:.0%} pruned, raw fp32: {check_ms:.2f} ms")
+    print("# layer threads | huffman ms | sparse ms (NB) | sparse NB1 ms | decode ms | decode share | huffman/sparse "
+          "| huffman KB | packed KB")
+    for r in rows:
+        print(f"# {r['layer']} {r['threads']} | {r['huffman_ms']} | {r['sparse_ms']} ({r['sparse_nb']}) | "
+              f"{r['sparse_nb1_ms']} | {r['decode_ms']} | {100 * r['decode_share']:.1f}% | "
+              f"{r['huffman_over_sparse']}x | {r['huffman_bytes'] / 1024:.1f} | {r['sparse_packed_bytes'] / 1024:.1f}")
+    for threads in args.threads:
+        sel = [r for r in rows if r["threads"] == threads]
+        tot = {key: sum(r[f"{key}_ms"] for r in sel) for key in ("huffman", "sparse", "sparse_nb1", "decode")}
+        print(f"# all layers, {threads} thread(s): huffman {tot['huffman']:.3f} ms, sparse {tot['sparse']:.3f} ms, "
+              f"sparse NB1 {tot['sparse_nb1']:.3f} ms, decode {tot['decode']:.3f} ms "
+              f"({100 * tot['decode'] / tot['huffman']:.1f}% of huffman)")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -187,7 +263,11 @@ def main(argv=None) -> int:
     sp.add_argument("--size", type=int, default=224, help="input height and width")
     cp = sub.add_parser("clustered", help="ResNet-18's 3x3 layers clustered vs dense")
     cp.add_argument("--bits", type=int, default=4)
-    for q in (sp, cp):
+    hp = sub.add_parser("huffman", help="MobileNetV2's 1x1 layers Huffman-coded: streaming vs sparse_conv1x1")
+    hp.add_argument("--prune", type=float, default=0.9)
+    hp.add_argument("--bits", type=int, default=4)
+    hp.add_argument("--block", type=int, nargs=2, default=[128, 128], metavar=("ROWS", "COLS"))
+    for q in (sp, cp, hp):
         q.add_argument("--threads", type=int, nargs="+", default=[1, 2])
         q.add_argument("--rounds", type=int, default=3)
         q.add_argument("--min-time", type=float, default=2.0, help="seconds per runner, over all rounds")
@@ -196,6 +276,9 @@ def main(argv=None) -> int:
           f"{time.strftime('%Y-%m-%d')}", flush=True)
     if args.mode == "clustered":
         bench_clustered(args)
+        return 0
+    if args.mode == "huffman":
+        bench_huffman(args)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         rows = [row for name in args.models for row in bench_model(args, name, Path(tmp))]

@@ -6,6 +6,7 @@
 
 void register_kernels(pybind11::module_& m);  // bindings_kernels.cc
 void register_sparse(pybind11::module_& m, pybind11::module_& km);  // bindings_sparse.cc
+void register_huffman(pybind11::module_& m, pybind11::module_& km);  // bindings_huffman.cc
 
 namespace py = pybind11;
 
@@ -48,4 +49,5 @@ PYBIND11_MODULE(_native, m) {
   register_kernels(m);
   py::module_ km = m.attr("kernels").cast<py::module_>();
   register_sparse(m, km);
+  register_huffman(m, km);
 }
