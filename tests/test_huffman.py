@@ -263,3 +263,87 @@ def test_huffman_source_is_the_encoding_it_codes(kind):
     np.testing.assert_array_equal(source.decode(), base.decode())
     for key, array in base.arrays().items():
         np.testing.assert_array_equal(source.arrays()[key], array, err_msg=key)
+
+
+def test_a_code_that_ends_before_its_blocks_last_byte_is_refused():
+    """Zero padding must not stand in for codes: a block with a spare zero byte is refused."""
+    coded = _coded()
+    end = int(coded.block_offsets[1])
+    stream = np.concatenate([coded.stream[:end], [0], coded.stream[end:]]).astype(np.uint8)
+    offsets = coded.block_offsets.copy()
+    offsets[1:] += 1
+    assert "last byte" in _bad(coded, stream=stream, block_offsets=offsets)
+    with pytest.raises(ValueError, match="last byte"):
+        H.decode_reference(coded.grid, "sparse", stream, offsets, coded.gap_lengths, coded.index_lengths)
+
+
+# -- the cpu session streams pruned 1x1 layers from the blocks ---------------------------------------
+def _pointwise_model(tmp_path: Path, size: int) -> Path:
+    """Two pruned-friendly 1x1 convolutions (64 -> 192 -> 64) with a ReLU, on size x size images."""
+    nodes = [oh.make_node("Conv", ["x", "w1", "b1"], ["h"]), oh.make_node("Relu", ["h"], ["r"]),
+             oh.make_node("Conv", ["r", "w2"], ["y"])]
+    model = graph_model(nodes, {"x": (1, 64, size, size)}, ["y"],
+                        {"w1": _weights((192, 64, 1, 1), 5), "b1": _weights((192,), 6), "w2": _weights((64, 192, 1, 1), 7)})
+    path = tmp_path / f"pointwise{size}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def _packed(tmp_path: Path, source: Path, huffman: bool) -> Path:
+    from unittest import mock
+
+    from edgesdk.compress import apply, pack_model
+    out = tmp_path / f"{source.stem}-{huffman}.edgepkg"
+    with mock.patch.object(apply, "HUFFMAN_PACKAGE_BYTES", -(1 << 30)):
+        pack_model(source, out, Recipe(LayerSettings(prune=0.9, cluster_bits=4, huffman=huffman)))
+    return out
+
+
+def _conv_notes(sess) -> list[str]:
+    return [s.note for s in sess._impl.steps if s.op == "Conv"]
+
+
+@pytest.mark.skipif("cpu" not in available_backends(), reason="no cpu backend")
+@pytest.mark.parametrize("threads", [1, 3])
+def test_cpu_streams_large_pointwise_layers_and_equals_the_sparse_path(tmp_path, monkeypatch, threads):
+    source = _pointwise_model(tmp_path, 28)
+    plain, coded = _packed(tmp_path, source, False), _packed(tmp_path, source, True)
+    x = {"x": RNG.standard_normal((1, 64, 28, 28)).astype(np.float32)}
+    x["x"][0, 3, 5, 7], x["x"][0, 9, 0, 0], x["x"][0, 9, 27, 27] = np.inf, np.nan, -np.inf
+    want_sess = edgesdk.Session(plain, backend="cpu", threads=threads)
+    assert all(n.startswith("sparse 1x1") for n in _conv_notes(want_sess))
+    want = want_sess.run(x)["y"]
+    sess = edgesdk.Session(coded, backend="cpu", threads=threads)
+    assert all("Huffman blocks decoded per block row" in n for n in _conv_notes(sess)), _conv_notes(sess)
+    np.testing.assert_array_equal(sess.run(x)["y"], want)  # same sums in the same order
+    import onnxruntime as ort
+    from edgesdk.export import export_onnx
+    export_onnx(load_package(plain), tmp_path / "dense.onnx")
+    oracle = ort.InferenceSession(str(tmp_path / "dense.onnx"), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_array_equal(np.isnan(want), np.isnan(oracle))
+    finite = np.isfinite(oracle)
+    np.testing.assert_allclose(want[finite], oracle[finite], rtol=1e-4, atol=1e-4 * float(np.abs(oracle[finite]).max()))
+    monkeypatch.setenv("EDGESDK_CPU_HUFFMAN", "load")
+    loaded = edgesdk.Session(coded, backend="cpu", threads=threads)
+    assert all("Huffman blocks decoded at session creation" in n for n in _conv_notes(loaded)), _conv_notes(loaded)
+    np.testing.assert_array_equal(loaded.run(x)["y"], want)
+
+
+@pytest.mark.skipif("cpu" not in available_backends(), reason="no cpu backend")
+def test_cpu_decodes_small_layers_at_creation_unless_told_to_stream(tmp_path, monkeypatch):
+    source = _pointwise_model(tmp_path, 7)
+    coded = _packed(tmp_path, source, True)
+    x = {"x": RNG.standard_normal((1, 64, 7, 7)).astype(np.float32)}
+    sess = edgesdk.Session(coded, backend="cpu")
+    assert all("decoded at session creation" in n for n in _conv_notes(sess)), _conv_notes(sess)
+    monkeypatch.setenv("EDGESDK_CPU_HUFFMAN", "stream")
+    streamed = edgesdk.Session(coded, backend="cpu")
+    assert all("decoded per block row" in n for n in _conv_notes(streamed)), _conv_notes(streamed)
+    np.testing.assert_array_equal(streamed.run(x)["y"], sess.run(x)["y"])
+    # one session from several threads
+    from concurrent.futures import ThreadPoolExecutor
+    feeds = [{"x": RNG.standard_normal((1, 64, 7, 7)).astype(np.float32)} for _ in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda f: streamed.run(f)["y"], feeds))
+    for f, got in zip(feeds, results):
+        np.testing.assert_array_equal(got, sess.run(f)["y"])

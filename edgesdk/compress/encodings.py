@@ -467,7 +467,10 @@ class HuffmanBlocks(Encoding):
         _require_array(self.stream, "stream", _BYTES, (int(offsets[-1]) + STREAM_PADDING,),
                        f"the blocks' {int(offsets[-1])} bytes and {STREAM_PADDING} bytes of padding")
         _require(not np.any(self.stream[-STREAM_PADDING:]), "the stream's padding is not zero")
-        sizes = np.array([self.grid.block_shape(b)[2] * self.grid.block_shape(b)[3] for b in range(blocks)])
+        grid = self.grid  # every block's rows x columns, vectorised (1x1 blocks: millions of them)
+        heights = np.minimum(self.block_rows, self.rows - np.arange(grid.grid_rows) * self.block_rows)
+        widths = np.minimum(bw, self.cols - np.arange(grid.grid_cols) * bw)
+        sizes = np.outer(heights, widths).reshape(-1)
         _require(bool(np.all(self.block_entries <= sizes)), "a block claims more entries than it has weights")
         if self.layout == "sparse":
             _require_array(self.gap_lengths, "gap_lengths", _BYTES, (bw + 1,), "one per gap and end-of-row")

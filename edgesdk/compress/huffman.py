@@ -10,7 +10,9 @@ follow bit for bit:
   shorter), numbered row-major: block ``b = bi * block_grid_cols + bj`` covers rows
   ``[bi * block_rows, ...)`` and columns ``[bj * block_cols, ...)``. Block ``b``'s code starts at
   byte ``block_offsets[b]`` of ``stream`` and ends (with zero padding to a byte) at or before
-  ``block_offsets[b + 1]``: each block decodes on its own, into a workspace of one block.
+  ``block_offsets[b + 1]``: each block decodes on its own, into a workspace of one block. A
+  block's code ends in its last byte (zero bits pad it to the byte, no more), so that no zero
+  padding can stand in for a missing code.
 * **Bits.** Least significant bit first (bit i of the stream is ``stream[i >> 3] >> (i & 7) & 1``,
   as :mod:`.bitpack` and deflate). A code of length L whose canonical value is c (most
   significant bit first, as deflate assigns them) is written as c bit-reversed, so a decoder
@@ -314,6 +316,8 @@ def decode_reference(grid: BlockGrid, layout: str, stream: np.ndarray, offsets: 
                 rows.append(r0 + r)
                 cols.append(c0 + column)
                 values.append(reader.symbol(idx, "index") if idx else -1)
+        if (reader.position + 7) // 8 != int(offsets[b + 1]):
+            raise ValueError(f"block {b}: its code ends before its last byte")
         per_block.append(len(rows) - before)
     as_array = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
     return as_array(rows), as_array(cols), as_array(values), as_array(per_block)

@@ -266,6 +266,10 @@ struct HuffmanBlockReader {
   void finish() const {
     if (count != expected)
       huffman_fail(block, "decodes to " + std::to_string(count) + " entries, it claims " + std::to_string(expected));
+    // Its code ends in its last byte (the encoder pads a block to a byte, no more): otherwise
+    // zero bytes after a truncated code could decode as codes of a missing end of row or index.
+    if ((pos + 7) / 8 != end / 8)
+      huffman_fail(block, "its code ends before its last byte");
   }
 };
 

@@ -6,7 +6,7 @@ from functools import partial
 
 import numpy as np
 
-from ....compress.encodings import NNM, Clustered, SparseCSR
+from ....compress.encodings import NNM, Clustered, HuffmanBlocks, SparseCSR
 from ....graph import Node
 from ....native import active_isa
 from .. import weights as W
@@ -34,6 +34,8 @@ def conv(node: Node, b: Builder) -> None:
     channels = b.shape(x_name)[1]
     out_channels = wt.shape[0]
     bias = W.bias_vector(g, node.input(2), out_channels, b.precision)
+    if group == 1 and isinstance(wt.encoding, HuffmanBlocks) and _streams_huffman(node, b, wt.encoding):
+        return _conv_huffman(node, b, wt.encoding, bias)
     enc = W.uncoded(wt.encoding)
     if group == 1 and isinstance(enc, Clustered):
         return _conv_clustered(node, b, enc, bias)
@@ -110,6 +112,48 @@ def _conv_sparse(node: Node, b: Builder, enc: SparseCSR, bias: np.ndarray | None
     note = (f"sparse 1x1 (CHW), {enc.describe()}, {packed.value_kind} values, blocks of {packed.block}, "
             f"{packed.kernel_name}{W.huffman_note(b.graph.tensors[node.inputs[1]])}")
     b.emit(node, "native", lambda v: partial(k.sparse_conv1x1, v[x], packed, v[y], *act, threads), note)
+
+
+# -- Huffman-coded pruned 1x1 convolutions, decoded a block row at a time ---------------------------
+# Decoding costs ~5 ns per entry (one thread, avx512) and the sparse kernel ~2 ns per entry at 7x7
+# pixels: from this many pixels per call (batch x H x W) the decode is at most ~10% of the layer's
+# time (`tools/bench_compressed_cpu.py huffman`: 6-10% at 28x28, 22-28% at 14x14, 48-62% at 7x7).
+# Below it the session decodes the blocks once, at creation, into the packed sparse form.
+HUFFMAN_STREAM_PIXELS = 28 * 28
+
+
+def huffman_mode() -> str:
+    """EDGESDK_CPU_HUFFMAN: ``auto`` (stream where the decode is cheap: HUFFMAN_STREAM_PIXELS),
+    ``stream`` (every qualifying layer: the least memory) or ``load`` (decode at creation)."""
+    mode = os.environ.get("EDGESDK_CPU_HUFFMAN", "auto")
+    return mode if mode in ("auto", "stream", "load") else "auto"
+
+
+def _streams_huffman(node: Node, b: Builder, enc: HuffmanBlocks) -> bool:
+    """A pruned 1x1 stride-1 float convolution that would run sparse (the crossover), in an fp32
+    session (fp16 sessions round the values: the uncoded path does), with enough pixels."""
+    a, mode = node.attrs, huffman_mode()
+    if mode == "load" or b.precision != "fp32" or enc.layout != "sparse":
+        return False
+    if tuple(enc.shape[2:]) != (1, 1) or tuple(a["strides"]) != (1, 1) or any(a["pads"]):
+        return False
+    if 1.0 - enc.entries / max(1, enc.rows * enc.cols) < sparse_crossover():
+        return False
+    n, _, h, w = b.shape(node.inputs[0])
+    return mode == "stream" or n * h * w >= HUFFMAN_STREAM_PIXELS
+
+
+def _conv_huffman(node: Node, b: Builder, enc: HuffmanBlocks, bias: np.ndarray | None) -> None:
+    """The sparse 1x1 convolution in CHW fed block row by block row from the Huffman stream
+    (HuffmanConv1x1: each thread decodes a block row into its workspace, then multiplies it)."""
+    from ..huffman import prepare_conv1x1
+    conv = prepare_conv1x1(enc, bias)
+    x = b.read(node.inputs[0], NCHW)
+    y = b.write(node.outputs[0], NCHW)
+    act, threads = fused_act(node), b.threads_for(node)
+    note = (f"sparse 1x1 (CHW) from Huffman blocks decoded per block row, {enc.describe()}, "
+            f"{enc.block_rows}x{enc.block_cols} blocks, {conv.kernel_name}")
+    b.emit(node, "native", lambda v: partial(conv.run, v[x], v[y], *act, threads), note)
 
 
 def _conv_depthwise(node: Node, b: Builder, bias: np.ndarray | None) -> None:
