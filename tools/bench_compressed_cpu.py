@@ -6,6 +6,7 @@ same process, in interleaved blocks (order reversed every other round, a pause b
                                                 [--threads 1 2] [--rounds 3] [--min-time 2] [--size 224]
     python tools/bench_compressed_cpu.py clustered [--bits 4] [--threads 1 2] [--rounds 3] [--min-time 1]
     python tools/bench_compressed_cpu.py huffman [--prune 0.9] [--bits 4] [--block 128 128] [--threads 1 2]
+    python tools/bench_compressed_cpu.py huffman-sizes [--models mobilenet_v2 resnet18] [--prune 0.9] [--bits 4]
 
 ``sparse``: a pruned model (``edgesdk pack --prune P``) three ways:
 - ``sparse``: as the session runs it by default (1x1 layers at or above the level's crossover
@@ -254,6 +255,52 @@ def bench_huffman(args) -> list[dict]:
     return rows
 
 
+def bench_huffman_sizes(args) -> list[dict]:
+    """Packages of the zoo models pruned + clustered, with and without --huffman: bytes, bits per
+    weight of the coded layers, pack time and session creation time (the codes are checked and
+    decoded on load)."""
+    from edgesdk.pack import pack_model
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            source = model_file(name, args.size)
+            sizes, pack_s, open_ms, layers = {}, {}, {}, []
+            for coded in (False, True):
+                out = Path(tmp) / f"{name}-{coded}.edgepkg"
+                settings = LayerSettings(prune=args.prune, cluster_bits=args.bits, huffman=coded)
+                start = time.perf_counter()
+                result = pack_model(source, out, Recipe(settings))
+                pack_s[coded] = time.perf_counter() - start
+                sizes[coded] = out.stat().st_size
+                opens = []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    Session(str(out), backend="cpu").close()
+                    opens.append(1000 * (time.perf_counter() - start))
+                open_ms[coded] = float(np.median(opens))
+                if coded:
+                    layers = [r for r in result.layers if r.bytes_before_huffman is not None]
+            params = sum(r.params for r in layers)
+            before = sum(r.bytes_before_huffman for r in layers)
+            after = sum(r.bytes_after for r in layers)
+            row = {"model": name, "prune": args.prune, "bits": args.bits, "package_bytes": sizes[False],
+                   "huffman_package_bytes": sizes[True],
+                   "package_reduction": round(1 - sizes[True] / sizes[False], 4),
+                   "coded_layers": len(layers), "coded_bits_per_weight": [round(8 * before / params, 3),
+                                                                           round(8 * after / params, 3)],
+                   "coded_layer_reduction": round(1 - after / before, 4),
+                   "pack_s": [round(pack_s[False], 2), round(pack_s[True], 2)],
+                   "session_create_ms": [round(open_ms[False], 1), round(open_ms[True], 1)]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print("# model | package bytes | with --huffman | smaller by | coded layers bits/weight | session creation ms")
+    for r in rows:
+        print(f"# {r['model']} | {r['package_bytes']:,} | {r['huffman_package_bytes']:,} | "
+              f"{100 * r['package_reduction']:.1f}% | {r['coded_bits_per_weight'][0]} -> {r['coded_bits_per_weight'][1]} "
+              f"| {r['session_create_ms'][0]} -> {r['session_create_ms'][1]}")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="mode", required=True)
@@ -267,6 +314,11 @@ def main(argv=None) -> int:
     hp.add_argument("--prune", type=float, default=0.9)
     hp.add_argument("--bits", type=int, default=4)
     hp.add_argument("--block", type=int, nargs=2, default=[128, 128], metavar=("ROWS", "COLS"))
+    zp = sub.add_parser("huffman-sizes", help="zoo packages pruned + clustered, with and without --huffman")
+    zp.add_argument("--models", nargs="+", default=["mobilenet_v2", "resnet18"])
+    zp.add_argument("--prune", type=float, default=0.9)
+    zp.add_argument("--bits", type=int, default=4)
+    zp.add_argument("--size", type=int, default=224)
     for q in (sp, cp, hp):
         q.add_argument("--threads", type=int, nargs="+", default=[1, 2])
         q.add_argument("--rounds", type=int, default=3)
@@ -279,6 +331,9 @@ def main(argv=None) -> int:
         return 0
     if args.mode == "huffman":
         bench_huffman(args)
+        return 0
+    if args.mode == "huffman-sizes":
+        bench_huffman_sizes(args)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         rows = [row for name in args.models for row in bench_model(args, name, Path(tmp))]

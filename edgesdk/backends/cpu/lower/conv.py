@@ -36,7 +36,9 @@ def conv(node: Node, b: Builder) -> None:
     bias = W.bias_vector(g, node.input(2), out_channels, b.precision)
     if group == 1 and isinstance(wt.encoding, HuffmanBlocks) and _streams_huffman(node, b, wt.encoding):
         return _conv_huffman(node, b, wt.encoding, bias)
-    enc = W.uncoded(wt.encoding)
+    enc = wt.encoding
+    if isinstance(enc, HuffmanBlocks) and (enc.layout == "dense" or tuple(enc.shape[2:]) == (1, 1)):
+        enc = W.uncoded(enc)  # clustered indices, or a CSR the sparse kernel may take; else decoded below
     if group == 1 and isinstance(enc, Clustered):
         return _conv_clustered(node, b, enc, bias)
     if group == 1 and isinstance(enc, NNM):
