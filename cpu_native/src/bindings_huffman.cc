@@ -16,6 +16,7 @@
 namespace py = pybind11;
 namespace k = edgesdk::kernels;
 using edgesdk::bindings::make_act;
+using edgesdk::bindings::chw_call;
 using edgesdk::bindings::shape_of;
 using edgesdk::bindings::table_for;
 
@@ -99,17 +100,6 @@ py::tuple decode(int64_t rows, int64_t cols, int64_t block_rows, int64_t block_c
   return py::make_tuple(r, c, i);
 }
 
-// (N, C, H, W) or (N, C, HW) float32, C-contiguous: (N, channels, pixels).
-std::tuple<size_t, size_t, size_t> chw(const py::array& a, const char* name, bool writable) {
-  if (!a.dtype().is(py::dtype::of<float>()))
-    throw py::value_error(std::string(name) + ": expected dtype float32, got " + std::string(py::str(a.dtype())));
-  if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(name) + ": must be C-contiguous");
-  if (writable && !a.writeable()) throw py::value_error(std::string(name) + ": must be writable");
-  if (a.ndim() != 3 && a.ndim() != 4) throw py::value_error(std::string(name) + ": must be (N, C, H, W) or (N, C, HW)");
-  const auto s = shape_of(a);
-  return {s[0], s[1], s.size() == 4 ? s[2] * s[3] : s[2]};
-}
-
 using Conv = k::HuffmanConv1x1;
 
 std::shared_ptr<Conv> prepare(int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols,
@@ -160,13 +150,7 @@ std::shared_ptr<Conv> prepare(int64_t rows, int64_t cols, int64_t block_rows, in
 
 double run(const Conv& w, const py::array& x, py::array& y, const std::string& act_name, std::optional<float> alpha,
            std::optional<float> beta, int64_t threads) {
-  const auto [n, c, hw] = chw(x, "x", false);
-  const auto [yn, yk, yhw] = chw(y, "y", true);
-  if (c != w.c) throw py::value_error("x: " + std::to_string(c) + " channels, the weights take " + std::to_string(w.c));
-  if (yn != n || yk != w.k || yhw != hw)
-    throw py::value_error("y: expected (" + std::to_string(n) + ", " + std::to_string(w.k) + ", " + std::to_string(hw) +
-                          " pixels), as x and the weights");
-  if (threads < 1) throw py::value_error("threads must be >= 1");
+  const auto [n, hw] = chw_call(x, y, w.c, w.k, threads);
   const k::Activation act = make_act(act_name, alpha, beta);
   const float* xp = static_cast<const float*>(x.data());
   float* yp = static_cast<float*>(y.mutable_data());

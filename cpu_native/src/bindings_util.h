@@ -8,6 +8,8 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/common.h"
@@ -49,6 +51,30 @@ inline void expect_shape(const py::array& a, const std::vector<size_t>& want, co
     for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + std::to_string(want[i]);
     throw py::value_error(std::string(name) + ": expected shape " + w + ")");
   }
+}
+
+// (N, C, H, W) or (N, C, HW) float32, C-contiguous: (N, channels, pixels).
+inline std::tuple<size_t, size_t, size_t> chw(const py::array& a, const char* name, bool writable) {
+  if (!a.dtype().is(py::dtype::of<float>()))
+    throw py::value_error(std::string(name) + ": expected dtype float32, got " + std::string(py::str(a.dtype())));
+  if (!(a.flags() & py::array::c_style)) throw py::value_error(std::string(name) + ": must be C-contiguous");
+  if (writable && !a.writeable()) throw py::value_error(std::string(name) + ": must be writable");
+  if (a.ndim() != 3 && a.ndim() != 4) throw py::value_error(std::string(name) + ": must be (N, C, H, W) or (N, C, HW)");
+  const auto s = shape_of(a);
+  return {s[0], s[1], s.size() == 4 ? s[2] * s[3] : s[2]};
+}
+
+// The operands of a CHW 1x1 layer of c input and k output channels: x (N, c, pixels) read, y
+// (N, k, pixels) written, threads >= 1. Returns (N, pixels).
+inline std::pair<size_t, size_t> chw_call(const py::array& x, const py::array& y, size_t c, size_t k, int64_t threads) {
+  const auto [n, xc, hw] = chw(x, "x", false);
+  const auto [yn, yk, yhw] = chw(y, "y", true);
+  if (xc != c) throw py::value_error("x: " + std::to_string(xc) + " channels, the weights take " + std::to_string(c));
+  if (yn != n || yk != k || yhw != hw)
+    throw py::value_error("y: expected (" + std::to_string(n) + ", " + std::to_string(k) + ", " + std::to_string(hw) +
+                          " pixels), as x and the weights");
+  if (threads < 1) throw py::value_error("threads must be >= 1");
+  return {n, hw};
 }
 
 inline k::Activation make_act(const std::string& name, std::optional<float> alpha, std::optional<float> beta) {
