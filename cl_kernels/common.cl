@@ -178,6 +178,17 @@ typedef float Y_T;
 #define VSTORE_Y VSTOREF
 #endif
 
+// Stores VEC results at y[off + l] for the lanes l < valid (all of them when valid >= VEC).
+inline void store_lanes(__global Y_T* y, int off, floatV v, int valid) {
+    if (valid >= VEC) {
+        VSTORE_Y(y, off, v);
+    } else {
+        float lanes[VEC];
+        vstoreV(v, 0, lanes);
+        for (int l = 0; l < valid; ++l) STORE_Y(y, off + l, lanes[l]);
+    }
+}
+
 // Products of two values that came from half storage. Both factors are exactly representable in
 // half, so their float product is exact and rounding it once to half gives the correctly rounded
 // half product: the emulation (2), which rounds both factors and the product, is bit-identical

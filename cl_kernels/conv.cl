@@ -50,17 +50,6 @@ inline float bias_of(__global const B_T* bias, int oc) {
 #endif
 }
 
-// Stores VEC results at y[off + l] for the lanes l < valid (all of them when valid >= VEC).
-inline void store_lanes(__global Y_T* y, int off, floatV v, int valid) {
-    if (valid >= VEC) {
-        VSTORE_Y(y, off, v);
-    } else {
-        float lanes[VEC];
-        vstoreV(v, 0, lanes);
-        for (int l = 0; l < valid; ++l) STORE_Y(y, off + l, lanes[l]);
-    }
-}
-
 #ifdef CONV_GEMM
 // 1x1 convolution, stride 1, no padding, one group: Y[n] (OC x P) = W (OC x C) * X[n] (C x P).
 // Work-item: ROWS output channels x NVEC*VEC consecutive pixels.

@@ -250,14 +250,7 @@ __kernel void conv_huffman(__global const X_T* restrict x, __global const uchar*
         }
 #else
         if (oy >= OH) continue;
-        const int off = ((n * OC + o) * OH + oy) * OW + ox0;
-        if (ox0 + VEC <= OW) {
-            VSTORE_Y(y, off, out);
-        } else {
-            float lanes[VEC];
-            vstoreV(out, 0, lanes);
-            for (int l = 0; l < OW - ox0; ++l) STORE_Y(y, off + l, lanes[l]);
-        }
+        store_lanes(y, ((n * OC + o) * OH + oy) * OW + ox0, out, OW - ox0);
 #endif
     }
 }

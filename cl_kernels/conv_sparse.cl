@@ -60,12 +60,5 @@ __kernel void conv_csr(__global const X_T* restrict x, __global const int* restr
     out += BETA * LOAD_B(bias, oc);
 #endif
     out = ACTIVATE(out);
-    const int off = ((n * OC + oc) * OH + oy) * OW + ox0;
-    if (ox0 + VEC <= OW) {
-        VSTORE_Y(y, off, out);
-    } else {
-        float lanes[VEC];
-        vstoreV(out, 0, lanes);
-        for (int l = 0; l < OW - ox0; ++l) STORE_Y(y, off + l, lanes[l]);
-    }
+    store_lanes(y, ((n * OC + oc) * OH + oy) * OW + ox0, out, OW - ox0);
 }

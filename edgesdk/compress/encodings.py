@@ -407,21 +407,19 @@ class HuffmanBlocks(Encoding):
     def entries(self) -> int:
         return int(np.sum(self.block_entries, dtype=np.int64))
 
-    @functools.cached_property
+    @property
     def nnz(self) -> int:
-        """Entries whose value is not 0.0 (a dense layout's reserved zero index is not one)."""
-        return int(np.count_nonzero(self.entry_values()))
+        """Stored entries: the sparse layout's non-zeros (the encoder drops zeros), every weight
+        of the dense layout. Counted from the block headers, without decoding."""
+        return self.entries
 
     def entry_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, cols, codebook indices, or -1 for raw values) of every stored entry, in stored
         order: the native decoder where built (it also checks the stream), else the reference."""
         from . import huffman
-        try:
-            from ..backends.cpu.huffman import decode_entries
-        except ImportError:
-            decode_entries = None
-        if decode_entries is not None:
-            return decode_entries(self)
+        native = huffman.native_decoder()
+        if native is not None:
+            return native(self)
         rows, cols, idx, per_block = huffman.decode_reference(self.grid, self.layout, self.stream, self.block_offsets,
                                                               self.gap_lengths, self.index_lengths)
         _check(np.array_equal(per_block, self.block_entries.astype(np.int64)), "block entry counts differ")
@@ -453,7 +451,7 @@ class HuffmanBlocks(Encoding):
                 "value_bits": self.value_bits, "zero_reserved": self.zero_reserved}
 
     def _validate(self) -> None:
-        from .huffman import MAX_CODE_BITS, STREAM_PADDING, kraft_ok
+        from .huffman import STREAM_PADDING
         _require_int(self.block_rows, "block_rows", 1, 1 << 16)
         bw = _require_int(self.block_cols, "block_cols", 1, 4095)  # gap alphabet <= 4096 symbols
         _require(self.layout in ("sparse", "dense"), f"layout is {self.layout!r}, expected 'sparse' or 'dense'")
@@ -473,9 +471,7 @@ class HuffmanBlocks(Encoding):
         sizes = np.outer(heights, widths).reshape(-1)
         _require(bool(np.all(self.block_entries <= sizes)), "a block claims more entries than it has weights")
         if self.layout == "sparse":
-            _require_array(self.gap_lengths, "gap_lengths", _BYTES, (bw + 1,), "one per gap and end-of-row")
-            _require(int(self.gap_lengths.max()) <= MAX_CODE_BITS and kraft_ok(self.gap_lengths),
-                     f"gap_lengths are no prefix code of at most {MAX_CODE_BITS} bits")
+            _require_code(self.gap_lengths, "gap_lengths", bw + 1, "one per gap and end-of-row")
         else:
             _require(self.gap_lengths is None, "a dense layout has no gap code")
             _require(self.codebook is not None, "a dense layout needs a codebook")
@@ -488,19 +484,13 @@ class HuffmanBlocks(Encoding):
             _require(self.values is None, "both raw values and a codebook are stored")
             bits = _require_int(self.value_bits, "value_bits", 1, 8)
             _require_codebook(self.codebook, "codebook", bits, self.rows)
-            _require_array(self.index_lengths, "index_lengths", _BYTES, (1 << bits,), "one per codebook entry")
-            _require(int(self.index_lengths.max()) <= MAX_CODE_BITS and kraft_ok(self.index_lengths),
-                     f"index_lengths are no prefix code of at most {MAX_CODE_BITS} bits")
+            _require_code(self.index_lengths, "index_lengths", 1 << bits, "one per codebook entry")
             if self.zero_reserved:
                 _require(not np.any(self.codebook[:, 0]), "codebook entry 0 is not 0.0 but zero_reserved says it is")
         try:  # the stream itself: every block decodes to its entry count, inside its bytes
             self.entry_arrays()
         except (ValueError, EncodingError) as exc:
             raise EncodingError(f"stream: {exc}") from None
-
-    @property
-    def bits_per_weight(self) -> float:
-        return 8.0 * self.nbytes / max(1, self.rows * self.cols)
 
     def describe(self) -> str:
         if self.codebook is not None:
@@ -563,6 +553,14 @@ def _require_codebook(book: Any, name: str, bits: int, rows: int) -> None:
     _require_array(book, name, _FLOATS)
     _require(book.ndim == 2 and book.shape[1] == 1 << bits and book.shape[0] in (1, rows),
              f"{name} has shape {list(book.shape)}, expected [1 or {rows}, {1 << bits}] for {bits} bits")
+
+
+def _require_code(lengths: Any, name: str, symbols: int, meaning: str) -> None:
+    """Code lengths (uint8, one per symbol) of a canonical Huffman code the decoders can table."""
+    from .huffman import MAX_CODE_BITS, kraft_ok
+    _require_array(lengths, name, _BYTES, (symbols,), meaning)
+    _require(int(lengths.max()) <= MAX_CODE_BITS and kraft_ok(lengths),
+             f"{name} are no prefix code of at most {MAX_CODE_BITS} bits")
 
 
 def _unpack_fields(packed: np.ndarray, bits: int, count: int) -> np.ndarray:

@@ -323,8 +323,25 @@ def decode_reference(grid: BlockGrid, layout: str, stream: np.ndarray, offsets: 
     return as_array(rows), as_array(cols), as_array(values), as_array(per_block)
 
 
-def bits_per_weight(nbytes: int, weights: int) -> float:
-    return 8.0 * nbytes / max(1, weights)
+def native_decoder():
+    """``decode(enc) -> (rows, cols, indices or -1)`` (int64, stored order) by the native decoder
+    (``cpu_native/src/kernels/huffman.h``: it checks every code, column and block end and raises
+    ValueError on a stream that breaks the format), or None where ``edgesdk._native`` is not built
+    or predates it: callers then use :func:`decode_reference`."""
+    try:
+        from .. import _native
+    except ImportError:
+        return None
+    decode = getattr(_native, "huffman_decode", None)
+    if decode is None:
+        return None
+
+    def run(enc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        optional = [None if a is None else np.ascontiguousarray(a) for a in (enc.gap_lengths, enc.index_lengths)]
+        return decode(enc.rows, enc.cols, enc.block_rows, enc.block_cols, enc.layout,
+                      np.ascontiguousarray(enc.stream), np.ascontiguousarray(enc.block_offsets),
+                      np.ascontiguousarray(enc.block_entries), *optional)
+    return run
 
 
 def entropy_bits(freqs: np.ndarray) -> float:
@@ -336,4 +353,4 @@ def entropy_bits(freqs: np.ndarray) -> float:
 
 __all__ = ["MAX_CODE_BITS", "DEFAULT_BLOCK", "STREAM_PADDING", "BlockGrid", "code_lengths", "canonical_codes",
            "reversed_codes", "kraft_ok", "sparse_symbols", "dense_symbols", "write_stream", "decode_reference",
-           "bits_per_weight", "entropy_bits"]
+           "entropy_bits", "native_decoder"]

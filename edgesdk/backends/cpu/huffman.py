@@ -1,14 +1,15 @@
 """The native side of Huffman-coded weight blocks (:class:`edgesdk.compress.encodings.HuffmanBlocks`,
 format in :mod:`edgesdk.compress.huffman`; kernels in ``cpu_native/src/kernels/huffman.h``).
 
-:func:`decode_entries` is what ``HuffmanBlocks.entry_arrays`` (and so the package validator, on
-every load) calls when this module imports: the C++ decoder, a 4096-entry lookup per code, which
-checks every code, column and block end and raises ValueError on a stream that breaks the format.
+:func:`decode_entries` is the C++ decoder (a 4096-entry lookup per code) that
+``HuffmanBlocks.entry_arrays`` (and so the package validator, on every load) uses through
+:func:`edgesdk.compress.huffman.native_decoder`: it checks every code, column and block end and
+raises ValueError on a stream that breaks the format.
 :func:`prepare_conv1x1` builds the streaming sparse 1x1 convolution (``HuffmanConv1x1``) that
 decodes one block row at a time into a per-thread workspace just before use.
 
 Importing this module raises ImportError where ``edgesdk._native`` is not built (or predates the
-Huffman kernels): the caller then falls back on the pure-Python reference decoder.
+Huffman kernels).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ... import _native  # ImportError where not built: HuffmanBlocks falls back on the reference
+from ...compress.huffman import native_decoder
 
 if not hasattr(_native, "huffman_decode"):
     raise ImportError("edgesdk._native predates the Huffman decoder; reinstall with `pip install .`")
@@ -27,15 +29,9 @@ if TYPE_CHECKING:
 HuffmanConv1x1 = _native.HuffmanConv1x1
 
 
-def decode_entries(enc: HuffmanBlocks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, cols, codebook indices or -1 for raw values) of every stored entry of ``enc``, int64,
-    in stored order. Raises ValueError (naming the block) on a stream that breaks the format."""
-    return _native.huffman_decode(
-        enc.rows, enc.cols, enc.block_rows, enc.block_cols, enc.layout,
-        np.ascontiguousarray(enc.stream), np.ascontiguousarray(enc.block_offsets),
-        np.ascontiguousarray(enc.block_entries),
-        None if enc.gap_lengths is None else np.ascontiguousarray(enc.gap_lengths),
-        None if enc.index_lengths is None else np.ascontiguousarray(enc.index_lengths))
+# (rows, cols, codebook indices or -1 for raw values) of every stored entry of a HuffmanBlocks,
+# int64, in stored order; ValueError (naming the block) on a stream that breaks the format.
+decode_entries = native_decoder()
 
 
 def prepare_conv1x1(enc: HuffmanBlocks, bias: np.ndarray | None = None, isa: str | None = None) -> HuffmanConv1x1:

@@ -92,7 +92,7 @@ def sparse_crossover(isa: str | None = None) -> float:
     return SPARSE_CROSSOVER[_SPARSE_LEVEL.get(isa, isa)]
 
 
-def _sparsity(enc: SparseCSR) -> float:
+def _sparsity(enc: SparseCSR | HuffmanBlocks) -> float:
     return 1.0 - enc.nnz / max(1, enc.rows * enc.cols)
 
 
@@ -139,7 +139,7 @@ def _streams_huffman(node: Node, b: Builder, enc: HuffmanBlocks) -> bool:
         return False
     if tuple(enc.shape[2:]) != (1, 1) or tuple(a["strides"]) != (1, 1) or any(a["pads"]):
         return False
-    if 1.0 - enc.entries / max(1, enc.rows * enc.cols) < sparse_crossover():
+    if _sparsity(enc) < sparse_crossover():
         return False
     n, _, h, w = b.shape(node.inputs[0])
     return mode == "stream" or n * h * w >= HUFFMAN_STREAM_PIXELS
