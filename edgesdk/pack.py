@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from .compress.apply import LayerReport, Unmatched, compress
+from .compress.lq_layers import activation_layers, calibrate_activations
 from .compress.recipe import Recipe
 from .datasets import Dataset
 from .errors import EdgeSDKError, InputError, PackageError
@@ -131,13 +132,20 @@ def pack_model(source: ModelSource, output: str | os.PathLike, recipe: Recipe | 
         reports = [LayerReport(**{k: v for k, v in r.items() if k != "ratio"})
                    for r in graph.metadata.get("compression", {}).get("layers", [])]
     int8_layers = _int8_layers(graph, recipe)
+    lq_layers = activation_layers(graph, recipe)
+    if lq_layers and calibration is None:
+        raise InputError(f"the recipe quantizes the inputs of {len(lq_layers)} LQ layer(s) "
+                         f"({', '.join(sorted(n.name for n, _ in lq_layers)[:3])}{', ...' if len(lq_layers) > 3 else ''}): "
+                         "give calibration inputs (--calib DATA), or fine-tune them (edgesdk finetune --recipe lq-2w2a)")
+    if lq_layers:
+        calibrate_activations(graph, lq_layers, calibration, progress=progress)
     if int8_layers and calibration is None:
         raise InputError(f"the recipe runs {len(int8_layers)} layer(s) in int8 ({', '.join(sorted(int8_layers)[:3])}"
                          f"{', ...' if len(int8_layers) > 3 else ''}): give calibration inputs (--calib DATA)")
     if min_sqnr is not None and calibration is None:
         raise InputError("--min-sqnr chooses which tensors of an int8 model stay float: add --int8 --calib DATA")
     fallback = None
-    if calibration is not None:
+    if calibration is not None and (int8_layers or not _lq_layers(graph)):
         from .quant.ptq import quantize_graph
         float_graph = graph
         settings = recipe.calibration or {}
@@ -198,6 +206,12 @@ def _layer_names(graph: Graph) -> dict[str, tuple[str, str]]:
     """Node name -> (node name, weight name) of every compressible layer, as recipes match them."""
     from .compress.apply import compressible_layers
     return {node.name: (node.name, weight) for node, weight in compressible_layers(graph)}
+
+
+def _lq_layers(graph: Graph) -> bool:
+    """Whether the graph has binary-coded (LQ) layers: calibration data then served them, and
+    does not also mean "quantize the whole model to int8"."""
+    return any(t.encoding is not None and t.encoding.kind == "lq" for t in graph.tensors.values())
 
 
 def _int8_layers(graph: Graph, recipe: Recipe) -> set[str]:

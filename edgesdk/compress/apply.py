@@ -13,7 +13,7 @@ from typing import Callable, Literal
 import numpy as np
 
 from ..graph import Graph, Node
-from .encode import (encode_clustered, encode_fp16, encode_huffman, encode_nnm, encode_sparse,
+from .encode import (encode_clustered, encode_fp16, encode_huffman, encode_lq, encode_nnm, encode_sparse,
                      magnitude_threshold, prune_mask)
 from .encodings import Clustered, Encoding, SparseCSR
 from .recipe import LayerSettings, Recipe, RecipeError
@@ -173,6 +173,8 @@ def _global_threshold(graph: Graph, plan, global_prune: float | None) -> float |
 
 
 def _encode(w: np.ndarray, s: LayerSettings, global_threshold: float | None, seed: int) -> Encoding:
+    if s.lq_bits is not None:
+        return encode_lq(w, s.lq_bits)
     if s.nnm_rate is not None:
         return encode_nnm(w, s.nnm_rate, mode=s.nnm_mode, fp16=s.fp16, init="kmeans++", seed=seed)
     prunes = global_threshold is not None or s.prune > 0

@@ -7,7 +7,7 @@ import numpy as np
 from .bitpack import pack_bits
 from . import huffman
 from .bitpack import unpack_bits
-from .encodings import NNM, Clustered, DenseFP16, HuffmanBlocks, SparseCSR
+from .encodings import NNM, Clustered, DenseFP16, HuffmanBlocks, LQBinary, SparseCSR
 from .kmeans import kmeans_1d, kmeans_vectors
 
 MAX_DELTA_BITS = 8
@@ -156,6 +156,21 @@ def encode_nnm(w: np.ndarray, rate: float, *, mode: str = "shared", init: str = 
     centroids, assign = kmeans_vectors(slices, clusters, init=init, seed=seed)
     return NNM(tuple(w.shape), _store(centroids.reshape((w.shape[1], -1) + w.shape[2:]), fp16),
                assign.astype(index_dtype), "per_input_channel")
+
+
+def encode_lq(w: np.ndarray, bits: int, *, iters: int = 20) -> LQBinary:
+    """Learned binary-coded weights (LQ-Nets): each output channel's basis fitted by QEM
+    (:func:`edgesdk.compress.lq.fit_weight_basis`), every weight its nearest level's code."""
+    from .lq import fit_weight_basis, pack_planes
+    basis, codes = fit_weight_basis(matrix_view(w), bits, iters=iters)
+    return LQBinary(tuple(w.shape), basis, pack_planes(codes, bits), bits)
+
+
+def lq_from_codes(shape: tuple[int, ...], basis: np.ndarray, codes: np.ndarray) -> LQBinary:
+    """The encoding of weights already on their levels (fine-tuning's result): ``codes`` (O, N)."""
+    from .lq import pack_planes
+    basis = np.ascontiguousarray(basis, dtype=np.float32)
+    return LQBinary(tuple(int(d) for d in shape), basis, pack_planes(codes, basis.shape[1]), basis.shape[1])
 
 
 def encode_huffman(enc: SparseCSR | Clustered, block: tuple[int, int] = huffman.DEFAULT_BLOCK) -> HuffmanBlocks:

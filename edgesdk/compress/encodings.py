@@ -503,8 +503,62 @@ class HuffmanBlocks(Encoding):
         return f"huffman-csr({100 * sparsity:.0f}% zero)+{values}"
 
 
+@dataclass(frozen=True, eq=False)
+class LQBinary(Encoding):
+    """Learned binary-coded weights (LQ-Nets, seed 002; :mod:`edgesdk.compress.lq`): per output
+    channel o, ``bits`` basis values ``basis[o]`` (float32) and, for every weight, a ``bits``-bit
+    code u: ``w = sum_j basis[o, j] * (2 * bit_j(u) - 1)``. ``planes`` (O, bits, ceil(N / 32)) uint32
+    holds plane j = bit j of every code along the matrix view's row (the reduction dimension: Gemm
+    in-features, Conv (c, kh, kw)), element k at word k >> 5, bit k & 31 (little-endian words, LSB
+    first, bit 1 = +1), with every bit past N zero - the layout the popcount kernels read, so
+    ``validate`` checks it. Explicit fields, not implied ones (the seed's flatbuffers lesson):
+    ``bits``, ``word_bits`` (32), ``bit_order`` ("lsb_first") and ``sign`` ("one_is_plus")."""
+    basis: np.ndarray  # (O, bits) float32
+    planes: np.ndarray  # (O, bits, words) uint32
+    bits: int
+    word_bits: int = 32
+    bit_order: str = "lsb_first"
+    sign: str = "one_is_plus"
+    kind: ClassVar[str] = "lq"
+
+    def codes(self) -> np.ndarray:
+        """(O, N) uint8: every weight's code."""
+        from .lq import unpack_planes
+        return unpack_planes(self.planes, self.cols)
+
+    def levels(self) -> np.ndarray:
+        """(O, 2^bits) float32: each channel's weight for every code (its codebook)."""
+        from .lq import weight_levels
+        return weight_levels(self.basis)
+
+    def decode(self) -> np.ndarray:
+        from .lq import decode_weights
+        return decode_weights(self.codes(), self.basis).reshape(self.shape)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"basis": self.basis, "planes": self.planes}
+
+    def params(self) -> Params:
+        return {"bits": self.bits, "word_bits": self.word_bits, "bit_order": self.bit_order, "sign": self.sign}
+
+    def _validate(self) -> None:
+        from .lq import MAX_BITS, WORD_BITS, tail_bits_clear, words_for
+        bits = _require_int(self.bits, "bits", 1, MAX_BITS)
+        _require(self.word_bits == WORD_BITS, f"word_bits is {self.word_bits!r}, expected {WORD_BITS}")
+        _require(self.bit_order == "lsb_first", f"bit_order is {self.bit_order!r}, expected 'lsb_first'")
+        _require(self.sign == "one_is_plus", f"sign is {self.sign!r}, expected 'one_is_plus'")
+        _require_array(self.basis, "basis", (_FLOAT32,), (self.rows, bits), "one basis per output channel")
+        _require(bool(np.all(np.isfinite(self.basis))), "basis holds NaN or infinity")
+        _require_array(self.planes, "planes", (np.dtype(np.uint32),), (self.rows, bits, words_for(self.cols)),
+                       f"{bits} bit-planes of {self.cols} weights per output channel")
+        _require(tail_bits_clear(self.planes, self.cols), f"bits past weight {self.cols} are set in planes")
+
+    def describe(self) -> str:
+        return f"lq{self.bits}"
+
+
 ENCODINGS: dict[str, type[Encoding]] = {cls.kind: cls for cls in (DenseFP16, Clustered, SparseCSR, NNM,
-                                                                   HuffmanBlocks)}
+                                                                   HuffmanBlocks, LQBinary)}
 
 
 def encoding_from_parts(kind: str, shape: tuple[int, ...], params: Params,

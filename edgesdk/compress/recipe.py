@@ -58,6 +58,9 @@ def _type_problems(s: dict[str, Any]) -> list[str]:
     bits = s["cluster_bits"]
     if bits is not None and not _is_integer(bits):
         problems.append(f"cluster_bits must be an integer 1..8 (or null), got {bits!r}")
+    for key in ("lq_bits", "lq_act_bits"):
+        if s[key] is not None and not _is_integer(s[key]):
+            problems.append(f"{key} must be an integer 1..8 (or null), got {s[key]!r}")
     if s["nnm_rate"] is not None and not _is_number(s["nnm_rate"]):
         problems.append(f"nnm_rate must be a number in (0, 1) (or null), got {s['nnm_rate']!r}")
     for flag in ("per_channel", "fp16", "skip", "int8", "huffman"):
@@ -86,6 +89,17 @@ def _range_problems(s: dict[str, Any]) -> list[str]:
     if s["huffman"] and s["int8"]:
         problems.append("huffman codes pruned / clustered float weights; an int8 layer's weights are int8 "
                         "(drop huffman or int8 on that layer)")
+    for key in ("lq_bits", "lq_act_bits"):
+        if s[key] is not None and not 1 <= s[key] <= 8:
+            problems.append(f"{key} must be 1..8, got {s[key]}")
+    if s["lq_act_bits"] is not None and s["lq_bits"] is None:
+        problems.append("lq_act_bits quantizes the input of a binary-coded layer: set lq_bits too")
+    if s["lq_bits"] is not None:
+        clash = [k for k in ("cluster_bits", "nnm_rate") if s[k] is not None] + [
+            k for k in ("prune", "fp16", "int8", "huffman") if s[k]]
+        if clash:
+            problems.append(f"lq_bits stores the layer's weights as learned binary codes, so it cannot be combined "
+                            f"with {', '.join(clash)} on one layer")
     if s["int8"]:
         clash = [k for k in ("cluster_bits", "nnm_rate") if s[k] is not None] + (["fp16"] if s["fp16"] else [])
         if clash:
@@ -114,6 +128,10 @@ class LayerSettings:
     int8: bool = False  # run the layer in int8 (weights per channel, activations per tensor): needs calibration
     # Huffman-code a pruned or clustered layer's column gaps and indices in blocks (kept where smaller)
     huffman: bool = False
+    # LQ-Nets (seed 002): weights as lq_bits-bit learned binary codes (a basis per output channel);
+    # lq_act_bits also quantizes the layer's input (a basis per layer: needs calibration or fine-tuning)
+    lq_bits: int | None = None
+    lq_act_bits: int | None = None
 
     def __post_init__(self) -> None:
         problems = settings_problems(dataclasses.asdict(self))
@@ -123,7 +141,12 @@ class LayerSettings:
     @property
     def compresses(self) -> bool:
         """True when these settings change how the layer's weights are stored."""
-        return not self.skip and bool(self.prune or self.cluster_bits or self.nnm_rate or self.fp16)
+        return not self.skip and bool(self.prune or self.cluster_bits or self.nnm_rate or self.fp16 or self.lq_bits)
+
+    @property
+    def lq_activations(self) -> int | None:
+        """The activation bits of an LQ layer whose input is quantized (None: float input)."""
+        return None if self.skip else self.lq_act_bits
 
     @property
     def quantizes(self) -> bool:

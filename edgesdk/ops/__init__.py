@@ -2,10 +2,10 @@
 (importer, shape rule, reference kernel, cost, torch lowering, signature). See ``registry``."""
 from __future__ import annotations
 
-from . import constant, conv, conv_transpose, elementwise, linear, normalization, pool, quantize, reduce, resize, tensor  # noqa: F401 (register)
+from . import constant, conv, conv_transpose, elementwise, linear, lq, normalization, pool, quantize, reduce, resize, tensor  # noqa: F401 (register)
 from .registry import OPS, OpSpec, evaluate
 
-FAMILIES = ("conv", "conv_transpose", "linear", "pool", "elementwise", "normalization", "reduce", "resize", "tensor", "constant", "quantize")
+FAMILIES = ("conv", "conv_transpose", "linear", "pool", "elementwise", "normalization", "reduce", "resize", "tensor", "constant", "quantize", "lq")
 
 
 def runtime_ops() -> frozenset[str]:
