@@ -31,6 +31,7 @@ from edgesdk.errors import EdgeSDKError, PackageError
 from edgesdk.graph import Graph
 from edgesdk.loader import load_model
 from edgesdk.models import default_model_path
+from edgesdk.datasets import digits_split
 from edgesdk.package import load_package, save_package
 from edgesdk.package.fb.Graph import Graph as FbGraph
 from edgesdk.package.fb.Model import Model
@@ -57,6 +58,9 @@ RECIPES = {
     "huffman-csr-codebook": Recipe(LayerSettings(prune=0.8, cluster_bits=4, huffman=True)),
     "huffman-csr-raw": Recipe(LayerSettings(prune=0.8, huffman=True)),
     "huffman-clustered": Recipe(LayerSettings(cluster_bits=3, per_channel=True, huffman=True)),
+    # LQ-Nets binary-coded weights, and with LQQuantize nodes in front (calibrated on digits)
+    "lq-weights": Recipe(LayerSettings(lq_bits=3)),
+    "lq-activations": Recipe(LayerSettings(lq_bits=2, lq_act_bits=2)),
 }
 # Every numeric column of the Graph table (edgepkg.fbs), by its generated accessor's name, and the
 # blob table (Model.blobs: offset, size per blob).
@@ -225,15 +229,16 @@ def packages(tmp_path_factory) -> Packages:
         if recipe is None:
             save_package(load_model(default_model_path()), path)
         else:
+            calibration = digits_split()[0].x[:16] if recipe.default.lq_act_bits else None
             with mock.patch.object(apply, "HUFFMAN_PACKAGE_BYTES", -(1 << 30)):
-                pack_model(default_model_path(), path, recipe)
+                pack_model(default_model_path(), path, recipe, calibration=calibration)
         outputs = _run_all(path, BACKENDS)
         assert not isinstance(outputs, str), outputs
         packed[name] = Packed(name, path, path.read_bytes(), _semantics(load_package(path)), outputs)
     described = " ".join(t.encoding.describe() for p in packed.values()
                          for t in load_package(p.path).tensors.values() if t.encoding is not None)
     for kind in ("fp16", "cluster4/layer", "cluster3/channel/fp16", "+fp32", "+fp16", "+cluster3/channel",
-                 "nnm-shared", "nnm-per-input", "huffman-csr", "huffman[cluster3/channel]"):
+                 "nnm-shared", "nnm-per-input", "huffman-csr", "huffman[cluster3/channel]", "lq3", "lq2"):
         assert kind in described, f"no {kind} encoding among the recipes: {described}"
     return packed
 

@@ -173,6 +173,13 @@ def lq_from_codes(shape: tuple[int, ...], basis: np.ndarray, codes: np.ndarray) 
     return LQBinary(tuple(int(d) for d in shape), basis, pack_planes(codes, basis.shape[1]), basis.shape[1])
 
 
+def lq_as_clustered(enc: LQBinary) -> Clustered:
+    """The same weights as per-channel codebooks (a channel's 2^bits levels in code order, each
+    weight's code its index): what runs an LQ layer whose input is not quantized through the
+    clustered (codebook-in-registers) kernels. Decodes to exactly the same tensor."""
+    return Clustered(enc.shape, enc.levels(), pack_bits(enc.codes(), enc.bits), enc.bits)
+
+
 def encode_huffman(enc: SparseCSR | Clustered, block: tuple[int, int] = huffman.DEFAULT_BLOCK) -> HuffmanBlocks:
     """The same weights Huffman-coded in blocks (:mod:`.huffman`): a CSR's column gaps and its
     codebook indices (raw fp32 / fp16 values stay raw, in block order), or a clustered tensor's

@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...compress.bitpack import unpack_bits
-from ...compress.encode import huffman_source
-from ...compress.encodings import NNM, Clustered, DenseFP16, Encoding, HuffmanBlocks, SparseCSR
+from ...compress.encode import huffman_source, lq_as_clustered
+from ...compress.encodings import NNM, Clustered, DenseFP16, Encoding, HuffmanBlocks, LQBinary, SparseCSR
 from ...graph import Graph, Tensor
 from ...runtime.precision import round_to_storage
 
@@ -40,7 +40,10 @@ def conv_columns(w: np.ndarray) -> np.ndarray:
 
 
 def uncoded(enc: Encoding | None) -> Encoding | None:
-    """A Huffman-coded weight as the encoding its blocks code (decoded once, here); others as they are."""
+    """A Huffman-coded weight as the encoding its blocks code (decoded once, here); LQ weights
+    (with a float input) as their per-channel codebooks; others as they are."""
+    if isinstance(enc, LQBinary):
+        return lq_as_clustered(enc)
     return huffman_source(enc) if isinstance(enc, HuffmanBlocks) else enc
 
 

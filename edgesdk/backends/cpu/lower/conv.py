@@ -6,7 +6,7 @@ from functools import partial
 
 import numpy as np
 
-from ....compress.encodings import NNM, Clustered, HuffmanBlocks, SparseCSR
+from ....compress.encodings import NNM, Clustered, HuffmanBlocks, LQBinary, SparseCSR
 from ....graph import Node
 from ....native import active_isa
 from .. import weights as W
@@ -37,7 +37,7 @@ def conv(node: Node, b: Builder) -> None:
     if group == 1 and isinstance(wt.encoding, HuffmanBlocks) and _streams_huffman(node, b, wt.encoding):
         return _conv_huffman(node, b, wt.encoding, bias)
     enc = wt.encoding
-    if isinstance(enc, HuffmanBlocks) and (enc.layout == "dense" or tuple(enc.shape[2:]) == (1, 1)):
+    if isinstance(enc, LQBinary) or isinstance(enc, HuffmanBlocks) and (enc.layout == "dense" or tuple(enc.shape[2:]) == (1, 1)):
         enc = W.uncoded(enc)  # clustered indices, or a CSR the sparse kernel may take; else decoded below
     if group == 1 and isinstance(enc, Clustered):
         return _conv_clustered(node, b, enc, bias)

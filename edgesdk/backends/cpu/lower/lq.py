@@ -1,0 +1,78 @@
+"""The cpu lowering of the lq family (``edgesdk/ops/lq.py``): LQQuantize, and the LQ layer it
+feeds (LQQuantize -> Conv / Gemm with :class:`~edgesdk.compress.encodings.LQBinary` weights) as
+one bitwise (popcount) product.
+
+When the quantizer's only reader is an LQ layer the native bitwise kernels take, the quantizer
+costs nothing: its output is a view of its *float* input, and the layer's kernel encodes that
+input into bit-planes itself (``cpu_native/src/kernels/lq*``). Nobody else reads the view, so
+nobody sees the unquantized values under the quantized name. Otherwise LQQuantize runs on its own
+(a threshold search per value, in numpy) and the layer runs its weights as per-channel codebooks
+(``weights.uncoded``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ....compress.encodings import LQBinary
+from ....graph import Node
+from ....ops.lq import level_table
+from ..program import Builder, Runner, Views
+from .base import lowering
+
+
+def bitwise_layer(node: Node, b: Builder) -> bool:
+    """Whether ``node`` (a Conv / Gemm) runs as a bitwise product with its quantizer fused: LQ
+    weights, a float32 session, an LQQuantize writing its input for it alone, and a shape the
+    native kernels take."""
+    from .... import _native
+    if b.precision != "fp32" or not hasattr(_native, "LQGemm"):
+        return False
+    wt = b.graph.tensors.get(node.inputs[1])
+    if wt is None or not isinstance(wt.encoding, LQBinary):
+        return False
+    producer = b.graph.producers().get(node.inputs[0])
+    if producer is None or producer.op != "LQQuantize":
+        return False
+    readers = b.graph.consumers().get(node.inputs[0], [])
+    if len(readers) != 1 or node.inputs[0] in b.graph.outputs:
+        return False
+    if node.op == "Conv":
+        return node.attrs["group"] == 1 and len(b.shape(node.inputs[0])) == 4
+    if node.op == "Gemm":
+        return bool(node.attrs["transB"]) and not node.attrs.get("transA") and float(node.attrs["alpha"]) == 1.0 \
+            and len(b.shape(node.inputs[0])) == 2
+    return False
+
+
+def _sole_reader(node: Node, b: Builder) -> Node | None:
+    readers = b.graph.consumers().get(node.outputs[0], [])
+    return readers[0] if len(readers) == 1 else None
+
+
+@lowering("LQQuantize")
+def lq_quantize(node: Node, b: Builder) -> None:
+    x_name, y_name = node.inputs[0], node.outputs[0]
+    reader = _sole_reader(node, b)
+    layout = b.stored_layout(x_name)
+    if reader is not None and bitwise_layer(reader, b):
+        b.alias(y_name, b.read(x_name, layout), layout)
+        b.emit(node, "view", lambda v: _noop, f"fused into {reader.name}'s bitwise product")
+        return
+    levels, thresholds, codes = level_table(node)
+    ordered = levels[codes]
+    x = b.read(x_name, layout)
+    y = b.write(y_name, layout)
+
+    def bind(v: Views) -> Runner:
+        xs, out = v[x], v[y]
+
+        def run() -> None:
+            index = np.searchsorted(thresholds, xs, side="left")
+            np.take(ordered, index, out=out)
+            np.copyto(out, xs, where=np.isnan(xs))  # NaN stays NaN
+        return run
+    b.emit(node, "numpy", bind, f"{len(thresholds).bit_length()}-bit levels, threshold search")
+
+
+def _noop() -> None:
+    pass
