@@ -17,6 +17,7 @@
 // bit k & 31 - the order of LQBinary.planes, so the encoded input lines up with the weights word
 // for word (an im2col of bits).
 //
+// lq_codes (windows of more than one tap only): the code of every input element, once.
 // lq_encode, one work-item per output pixel m (= (n * OH + oy) * OW + ox), writes into the
 // scratch buffer `xb`:
 //   xb[(wd * PLANES + i) * M + m]        word wd of plane i of pixel m (pixel-contiguous: the
@@ -56,10 +57,26 @@ __kernel void lq_quantize(__global const X_T* restrict x, __global const float* 
 }
 #endif
 
+#ifdef LQ_CODES
+// With windows of more than one tap (PRECODED), every input element is coded once here (its
+// code, 0xFFFF for NaN, as ushort at xb + CODES_OFF) and lq_encode gathers the codes of its taps.
+__kernel void lq_codes(__global const X_T* restrict x, __global const float* restrict table,
+                       __global uint* restrict xb) {
+    const int i = get_global_id(0);
+    if (i >= TOTAL) return;
+    const float v = LOAD_X(x, i);
+    __global ushort* codes = (__global ushort*)(xb + CODES_OFF);
+    codes[i] = isnan(v) ? (ushort)0xFFFFu : (ushort)table[2 * L + level_index(table, v)];
+}
+#endif
+
 #ifdef LQ_ENCODE
 #define KK (KH * KW)
 __kernel void lq_encode(__global const X_T* restrict x, __global const float* restrict table,
                         __global uint* restrict xb) {
+#if PRECODED
+    const __global ushort* xc = (const __global ushort*)(xb + CODES_OFF) + (get_global_id(0) / (OH * OW)) * C * H * W;
+#endif
     const int m = get_global_id(0);
     if (m >= M) return;
     const int n = m / (OH * OW);
@@ -83,6 +100,14 @@ __kernel void lq_encode(__global const X_T* restrict x, __global const float* re
                 const int ix = ox * SW + kx * DW - PL;
                 const uint b = (uint)k & 31u;
                 if (row_in && ix >= 0 && ix < W) {
+#if PRECODED
+                    const uint code = xc[(c * H + iy) * W + ix];
+                    if (code == 0xFFFFu) {
+                        nan_seen = 1;
+                    } else {
+                        for (int i = 0; i < KX; ++i) bits[i] |= ((code >> i) & 1u) << b;
+                    }
+#else
                     const float v = LOAD_X(xn, (c * H + iy) * W + ix);
                     if (isnan(v)) {
                         nan_seen = 1;
@@ -90,6 +115,7 @@ __kernel void lq_encode(__global const X_T* restrict x, __global const float* re
                         const uint code = (uint)table[2 * L + level_index(table, v)];
                         for (int i = 0; i < KX; ++i) bits[i] |= ((code >> i) & 1u) << b;
                     }
+#endif
 #if MASK
                     bits[KX] |= 1u << b;
 #endif

@@ -163,7 +163,13 @@ def lq_scratch_bytes(node: Node, graph: Graph) -> int:
     geom = _layer_shape(node, graph)
     planes, _, _ = _planes(graph, quantizer, geom)
     m = geom.n * geom.oh * geom.ow
-    return 4 * m * (planes * words_for(geom.c * geom.kh * geom.kw) + planes + 1)
+    codes = 2 * geom.n * geom.c * geom.h * geom.w if _precoded(geom) else 0
+    return 4 * m * (planes * words_for(geom.c * geom.kh * geom.kw) + planes + 1) + codes
+
+
+def _precoded(geom) -> bool:
+    """Whether lq_codes codes every input element once first (a tap window reads each several times)."""
+    return geom.kh * geom.kw > 1
 
 
 def lq_launches(ctx: LoweringContext, node: Node, geom, x: DeviceBuffer, x_half: bool, y: DeviceBuffer,
@@ -193,12 +199,10 @@ def _weights_only(ctx, node, geom, x, x_half, y, y_half, epilogue) -> Launch:
 
 
 def _tiles(m: int, oc: int, per_pair: int) -> tuple[int, int]:
-    budget = max(1, ACC_BUDGET // per_pair)
-    tm = 1
-    while tm * 2 <= m and tm * 2 * tm * 2 <= budget:
-        tm *= 2
-    to = max(1, min(oc, budget // tm))
-    return tm, to
+    """(TM, TO) of lq_gemm: one pixel per work-item (neighbouring work-items then load neighbouring
+    words: PoCL vectorises across them; 4 x 4 tiles ran 2-3x slower there) and as many output
+    channels as ACC_BUDGET int accumulators allow."""
+    return 1, max(1, min(oc, ACC_BUDGET // per_pair))
 
 
 def _fused(ctx: LoweringContext, node: Node, quantizer: Node, geom, y: DeviceBuffer, y_half: bool,
@@ -213,10 +217,18 @@ def _fused(ctx: LoweringContext, node: Node, quantizer: Node, geom, y: DeviceBuf
     m = geom.n * geom.oh * geom.ow
     scratch = ctx.scratch[node.name]
     meta_off = m * planes * words
+    precoded = _precoded(geom)
     base = {**geom.defines(), "KX": kx, "PLANES": planes, "MASK": int(mask), "COLS": cols, "WORDS": words, "M": m,
-            "META_OFF": meta_off}
-    encode = ctx.launch("lq.cl", "lq_encode", {"LQ_ENCODE": 1, **base, **storage_defines(X=source.half)},
-                        [source.buffer, _table_buffer(ctx, quantizer), scratch], (m,), "eltwise")
+            "META_OFF": meta_off, "CODES_OFF": meta_off + m * (planes + 1), "PRECODED": int(precoded)}
+    table = _table_buffer(ctx, quantizer)
+    launches = []
+    if precoded:
+        total = geom.n * geom.c * geom.h * geom.w
+        launches.append(ctx.launch("lq.cl", "lq_codes", {"LQ_CODES": 1, "KX": kx, "TOTAL": total,
+                                                         "CODES_OFF": base["CODES_OFF"], **storage_defines(X=source.half)},
+                                   [source.buffer, table, scratch], (total,), "eltwise"))
+    launches.append(ctx.launch("lq.cl", "lq_encode", {"LQ_ENCODE": 1, **base, **storage_defines(X=source.half)},
+                               [source.buffer, table, scratch], (m,), "eltwise"))
 
     offset = float(quantizer.attrs["offset"])
     alpha = np.asarray(quantizer.attrs["basis"], np.float32)
@@ -241,7 +253,7 @@ def _fused(ctx: LoweringContext, node: Node, quantizer: Node, geom, y: DeviceBuf
     ctx.note(f"{w_name}: fused LQ layer, {kx}-bit activations x {enc.describe()} weights: popcount "
              f"{'conv' if node.op == 'Conv' else 'GEMM'} on {words} words x {planes} planes"
              + (" (+ valid-tap mask plane for the offset)" if mask else ""))
-    return [encode, gemm]
+    return launches + [gemm]
 
 
 __all__ = ["fused_layer", "fused_quantizers", "lq_launches", "lq_scratch_bytes", "WORD_BITS"]
