@@ -102,7 +102,8 @@ def main(argv=None) -> int:
         rows.append(row)
         if not args.json:
             print(f"{name:30s} dense {row['dense_ms']:8.3f} ms ({row['dense_kernels']})  "
-                  f"LQ w{args.wbits}a{args.abits} {row['lq_ms']:8.3f} ms  LQ/dense {row['lq_ms'] / row['dense_ms']:5.2f}x  "
+                  f"LQ w{args.wbits}a{args.abits} {row['lq_ms']:8.3f} ms  "
+                  f"LQ/dense {row['lq_ms'] / row['dense_ms']:5.2f}x  "
                   f"weights-only {row['weights_only_ms']:8.3f} ms ({row['weights_only_kernels']})", flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))

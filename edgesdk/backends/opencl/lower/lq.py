@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ....compress.lq import WORD_BITS, words_for
+from ....compress.lq import words_for
 from ....graph import Graph, Node
 from ....ops.lq import level_table
 from ..kernels import DeviceBuffer, Launch, LoweringContext, NotLowerable, activation_defines, ceil_div, kernel, \
@@ -224,9 +224,10 @@ def _fused(ctx: LoweringContext, node: Node, quantizer: Node, geom, y: DeviceBuf
     launches = []
     if precoded:
         total = geom.n * geom.c * geom.h * geom.w
-        launches.append(ctx.launch("lq.cl", "lq_codes", {"LQ_CODES": 1, "KX": kx, "TOTAL": total,
-                                                         "CODES_OFF": base["CODES_OFF"], **storage_defines(X=source.half)},
-                                   [source.buffer, table, scratch], (total,), "eltwise"))
+        code_defines = {"LQ_CODES": 1, "KX": kx, "TOTAL": total, "CODES_OFF": base["CODES_OFF"],
+                        **storage_defines(X=source.half)}
+        launches.append(ctx.launch("lq.cl", "lq_codes", code_defines, [source.buffer, table, scratch], (total,),
+                                   "eltwise"))
     launches.append(ctx.launch("lq.cl", "lq_encode", {"LQ_ENCODE": 1, **base, **storage_defines(X=source.half)},
                                [source.buffer, table, scratch], (m,), "eltwise"))
 
@@ -256,4 +257,4 @@ def _fused(ctx: LoweringContext, node: Node, quantizer: Node, geom, y: DeviceBuf
     return launches + [gemm]
 
 
-__all__ = ["fused_layer", "fused_quantizers", "lq_launches", "lq_scratch_bytes", "WORD_BITS"]
+__all__ = ["fused_layer", "fused_quantizers", "lq_launches", "lq_scratch_bytes"]
