@@ -9,6 +9,16 @@ profiling events (sum of the layer's kernels), best of ``--repeats`` runs, batch
 The ratio printed is LQ / dense (below 1: the popcount layer is faster). On PoCL (a CPU: no
 popcount-friendly SIMD lanes across work-items, no GPU memory hierarchy) these numbers are *not*
 GPU numbers; they say how the kernels behave on this device only.
+
+PoCL on 2 shared Xeon (AVX-512, no VPOPCNTDQ) cores, w2a2, best of 10, load average ~4.4 from
+other jobs (runs vary by up to 2x); "dense" includes the standalone lq_quantize in front:
+
+    layer                          dense                      LQ fused   LQ/dense  weights-only (conv_direct)
+    resnet18 3x3 64->64 @28x28     0.714 ms (Winograd)        3.847 ms   5.39x      4.294 ms
+    resnet18 3x3 256->256 @14x14   1.530 ms (Winograd)       11.913 ms   7.79x     16.977 ms
+    mnv2 1x1 96->576 @14x14        0.362 ms (conv_gemm)       1.840 ms   5.08x      1.616 ms
+    fc 1024->1024 batch 1          0.143 ms (gemm_nt)         0.119 ms   0.84x      1.072 ms
+    fc 1024->1024 batch 32         4.981 ms (gemm_nt)         1.997 ms   0.40x     32.441 ms
 """
 from __future__ import annotations
 
