@@ -8,7 +8,8 @@ Three paths, said in each step's note:
   (as its input 0; not a graph output; the layer otherwise lowerable, :func:`fused_layer`). The
   quantizer's step runs nothing: its output tensor is never written and the backend aliases it to
   the quantizer's input (``backend._view_roots``, so the input stays alive until the layer runs,
-  and no memory is planned for the float levels). The layer's step runs two kernels: ``lq_encode``
+  and no memory is planned for the float levels). The layer's step runs ``lq_codes`` (windows of
+  more than one tap: every input element coded once, into the scratch block), ``lq_encode``
   (the quantizer's input -> bit-planes of the im2col rows, per-plane popcounts and a NaN flag per
   output pixel, in the layer's scratch block) and ``lq_gemm`` (popcount products with the weight
   planes, integer accumulation, the basis combination in float, then the shared epilogue).
