@@ -49,6 +49,7 @@ from .device import Device, open_device, unavailable_reason
 from .kernels import KERNELS, VIEW_OPS, Launch, LoweringContext, NotLowerable, TensorRef, WeightRecord
 from .memory import DeviceBuffer, MappedBufferError
 from .lower.conv import scratch_bytes
+from .lower.lq import fused_quantizers
 from .lower.quantize import INTEGER_KERNELS
 from .lower.reduce import REDUCE_OPS, reduce_scratch_bytes
 from ...profile.records import MemoryReport, ProfileReport
@@ -164,9 +165,14 @@ class OpenCLBackend(Backend):
     def _view_roots(self) -> dict[str, str]:
         graph = self.plan.graph
         root = {name: name for name in self._half}
+        fused = fused_quantizers(graph)
         for step in self.plan.steps:
             node = step.node
             if node.op in VIEW_OPS and not graph.tensors[node.inputs[0]].is_constant:
+                root[node.outputs[0]] = root[node.inputs[0]]
+            elif node.op == "LQQuantize" and node.outputs[0] in fused:
+                # A quantizer fused into its LQ layer (lower/lq.py) writes nothing: its output
+                # shares the input's storage, which so stays alive until the layer reads it.
                 root[node.outputs[0]] = root[node.inputs[0]]
         return root
 

@@ -2,4 +2,4 @@
 each registers its ops in ``kernels.KERNELS``."""
 from __future__ import annotations
 
-from . import conv, conv_transpose, elementwise, linear, normalization, pool, quantize, reduce, resize, tensor  # noqa: F401 (register)
+from . import conv, conv_transpose, elementwise, linear, lq, normalization, pool, quantize, reduce, resize, tensor  # noqa: F401 (register)

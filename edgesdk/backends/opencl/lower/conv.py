@@ -25,6 +25,7 @@ from ..config import DeviceConfig
 from ..kernels import (DeviceBuffer, Launch, LoweringContext, NotLowerable, activation_defines, ceil_div,
                        kernel, storage_defines)
 from .conv_huffman import huffman_launch
+from .lq import lq_launches, lq_scratch_bytes
 from .conv_winograd import scratch_bytes as winograd_scratch_bytes
 from .conv_winograd import winograd_applies, winograd_launches
 
@@ -123,6 +124,8 @@ def conv_launches(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: Devic
     w_name = node.inputs[1]
     enc = ctx.encoding(w_name)
     kind = enc.kind if enc is not None else "dense"
+    if kind == "lq":
+        return lq_launches(ctx, node, geom, x, x_half, y, y_half, epilogue)
     if kind == "nnm":
         return _nnm(ctx, node, geom, x, x_half, y, y_half, epilogue)
     if kind == "clustered":
@@ -215,8 +218,10 @@ def _direct(ctx: LoweringContext, geom: ConvGeometry, args: list[DeviceBuffer], 
 
 
 def _clustered(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer, x_half: bool,
-               y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
-    enc = ctx.encoding(w_name)
+               y: DeviceBuffer, y_half: bool, epilogue: Epilogue, enc=None) -> Launch:
+    """conv_direct reading indices and codebook (``enc``: a Clustered encoding standing for the
+    stored one, as lq.py's weights-only LQ layers pass)."""
+    enc = enc if enc is not None else ctx.encoding(w_name)
     book = enc.codebook.astype(np.float32)
     if ctx.precision == "fp16":  # the reference's fp16 model rounds the decoded weights to half
         book = book.astype(np.float16).astype(np.float32)
@@ -263,7 +268,7 @@ def _csr(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer,
 def scratch_bytes(node: Node, graph, config: DeviceConfig) -> int:
     """Bytes of scratch a Conv or Gemm node needs in the arena while it runs: the centroid
     tensor of an NNM layer, the transformed input of a Winograd layer, else 0."""
-    need = nnm_scratch_bytes(node, graph)
+    need = nnm_scratch_bytes(node, graph) or lq_scratch_bytes(node, graph)
     if need or node.op != "Conv" or not graph.tensors[node.inputs[1]].is_constant:
         return need
     x_shape, y_shape = graph.tensors[node.inputs[0]].shape, graph.tensors[node.outputs[0]].shape
