@@ -218,3 +218,34 @@ def test_lookup_table_decodes_every_code() -> None:
         entry = int(table[peek])
         symbol, length = entry >> 4, entry & 15
         assert length == lengths[symbol] and peek & ((1 << length) - 1) == codes[symbol]
+
+
+# -- the uncoded CSR kernel (conv_csr) keeps the same rule -------------------------------------------
+@pytest.mark.parametrize("conv, group", [("1x1", 1), ("3x3-pad", 1), ("3x3-stride2", 1), ("3x3-dilated", 1),
+                                         ("3x3-pad", 4)])
+def test_csr_non_finite_inputs_propagate_as_the_dense_product(conv: str, group: int) -> None:
+    """conv_csr (a pruned layer stored as plain CSR): a non-finite input met by a pruned weight
+    makes the output NaN, as in the dense product; nonfinite_taps counts the taps once per layer."""
+    w_shape, x_shape, attrs = CONVS[conv]
+    w = rand(w_shape[0], w_shape[1] // group, *w_shape[2:])
+    enc = encode_sparse(w, prune_mask(w, 0.8))
+    x = rand(*x_shape)
+    flat = x.reshape(-1)
+    flat[R.choice(flat.size, 4, replace=False)] = [np.nan, np.inf, -np.inf, np.inf]
+    got, want, steps = run_both(conv_graph(enc, x_shape, group=group, **attrs), x, kernel="conv_csr")
+    assert np.isnan(want).any()
+    assert "nonfinite_taps" in {launch.name for launch in steps[0].launches}
+    _assert_same_specials(got, want, f"csr {conv} group {group}")
+
+
+def test_csr_inf_met_only_by_stored_weights_stays_infinite() -> None:
+    w = np.abs(rand(10, 4, 1, 1)) + 0.5
+    keep = np.zeros(w.shape, bool)
+    keep[:, 0] = True
+    keep[::2, 1] = True
+    x = np.abs(rand(1, 4, 3, 3))
+    x[0, 0, 1, 1] = np.inf
+    x[0, 1, 2, 0] = np.inf
+    got, want, _ = run_both(conv_graph(encode_sparse(w, keep), (1, 4, 3, 3), bias=False), x, kernel="conv_csr")
+    assert np.isposinf(want[0, :, 1, 1]).all() and np.isnan(want[0, 1::2, 2, 0]).all()
+    _assert_same_specials(got, want, "csr stored-only inf")

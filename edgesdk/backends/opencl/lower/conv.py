@@ -131,7 +131,7 @@ def conv_launches(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: Devic
     if kind == "clustered":
         return [_clustered(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
     if kind == "sparse_csr":
-        return [_csr(ctx, w_name, geom, x, x_half, y, y_half, epilogue)]
+        return _csr(ctx, node, geom, x, x_half, y, y_half, epilogue)
     if kind == "huffman":
         launch = huffman_launch(ctx, w_name, geom, x, x_half, y, y_half, epilogue)
         if not isinstance(launch, str):
@@ -236,8 +236,10 @@ def _clustered(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceB
                    weight_defines)
 
 
-def _csr(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer, x_half: bool,
-         y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> Launch:
+def _csr(ctx: LoweringContext, node: Node, geom: ConvGeometry, x: DeviceBuffer, x_half: bool,
+         y: DeviceBuffer, y_half: bool, epilogue: Epilogue) -> list[Launch]:
+    """nonfinite_taps (into the layer's scratch: NaN / inf follow the dense product), then conv_csr."""
+    w_name = node.inputs[1]
     enc = ctx.encoding(w_name)
     row_ptr = ctx.raw(w_name, "csr-row-ptr", np.asarray(enc.row_ptr, np.int32))
     deltas = ctx.raw(w_name, "csr-deltas", np.concatenate([np.asarray(enc.deltas, np.uint8), np.zeros(3, np.uint8)]))
@@ -261,14 +263,28 @@ def _csr(ctx: LoweringContext, w_name: str, geom: ConvGeometry, x: DeviceBuffer,
     defines = {"CONV_CSR": 1, **geom.defines(), **storage_defines(X=x_half, W=w_half, Y=y_half),
                **epilogue.defines(), **value_defines, "DELTA_BITS": enc.delta_bits}
     size = (ceil_div(geom.ow, ctx.vec) * geom.oh, geom.oc, geom.n)
-    args = [x, row_ptr, deltas, values, table, epilogue.bias or ctx.dummy, y]
-    return ctx.launch("conv_sparse.cl", "conv_csr", defines, args, size, "conv_direct")
+    bad = ctx.scratch[node.name]
+    count = ctx.launch("conv_sparse.cl", "nonfinite_taps", defines, [x, bad], (geom.oh * geom.ow, geom.groups, geom.n),
+                       "eltwise")
+    args = [x, row_ptr, deltas, values, table, epilogue.bias or ctx.dummy, bad, y]
+    return [count, ctx.launch("conv_sparse.cl", "conv_csr", defines, args, size, "conv_direct")]
+
+
+def csr_scratch_bytes(node: Node, graph) -> int:
+    """nonfinite_taps' counts: one int per output pixel, group and image of a CSR layer."""
+    enc = graph.tensors[node.inputs[1]].encoding if len(node.inputs) > 1 else None
+    if enc is None or enc.kind != "sparse_csr" or enc.dtype != np.float32:
+        return 0
+    y = graph.tensors[node.outputs[0]].shape
+    groups = node.attrs.get("group", 1) if node.op == "Conv" else 1
+    pixels = int(np.prod(y[2:])) if len(y) > 2 else 1
+    return 4 * y[0] * groups * pixels
 
 
 def scratch_bytes(node: Node, graph, config: DeviceConfig) -> int:
     """Bytes of scratch a Conv or Gemm node needs in the arena while it runs: the centroid
     tensor of an NNM layer, the transformed input of a Winograd layer, else 0."""
-    need = nnm_scratch_bytes(node, graph) or lq_scratch_bytes(node, graph)
+    need = nnm_scratch_bytes(node, graph) or lq_scratch_bytes(node, graph) or csr_scratch_bytes(node, graph)
     if need or node.op != "Conv" or not graph.tensors[node.inputs[1]].is_constant:
         return need
     x_shape, y_shape = graph.tensors[node.inputs[0]].shape, graph.tensors[node.outputs[0]].shape
