@@ -12,6 +12,7 @@ from ....native import active_isa
 from .. import weights as W
 from ..program import NCHW, NHWC, Builder, Runner, Views, reads_chw
 from .base import POST_PASS_ACTIVATIONS, NO_ACT, fused_act, native_kernels, then_activate, fallback, lowering
+from .lq import bitwise_layer, conv_bitwise
 
 
 # ConvPlan.algorithm -> the step note (profiles and placements show it).
@@ -34,6 +35,8 @@ def conv(node: Node, b: Builder) -> None:
     channels = b.shape(x_name)[1]
     out_channels = wt.shape[0]
     bias = W.bias_vector(g, node.input(2), out_channels, b.precision)
+    if bitwise_layer(node, b):
+        return conv_bitwise(node, b, wt.encoding, bias)
     if group == 1 and isinstance(wt.encoding, HuffmanBlocks) and _streams_huffman(node, b, wt.encoding):
         return _conv_huffman(node, b, wt.encoding, bias)
     enc = wt.encoding

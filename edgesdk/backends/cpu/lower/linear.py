@@ -13,6 +13,7 @@ from ....runtime.precision import round_constant
 from .. import weights as W
 from ..program import NCHW, Builder, Runner, Slot, Views
 from .base import NO_ACT, fused_act, native_kernels, fallback, lowering
+from .lq import bitwise_layer, gemm_bitwise
 
 
 @lowering("Gemm")
@@ -29,6 +30,8 @@ def gemm(node: Node, b: Builder) -> None:
     if c_name and (c_value is None or c_value.size not in (1, n) or (c_value.ndim == 2 and c_value.shape[0] != 1)):
         return fallback(node, b, "Gemm with a C that is not a constant row vector")
     bias = W.bias_vector(g, c_name, n, b.precision, scale=beta) if beta != 0.0 else None
+    if bitwise_layer(node, b):
+        return gemm_bitwise(node, b, wt.encoding, bias)
     enc = W.uncoded(wt.encoding)
     if attrs["transB"] and isinstance(enc, Clustered):
         weights = W.pack_clustered(k, enc, bias, b.precision, scale=alpha)

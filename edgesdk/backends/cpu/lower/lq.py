@@ -16,8 +16,8 @@ import numpy as np
 from ....compress.encodings import LQBinary
 from ....graph import Node
 from ....ops.lq import level_table
-from ..program import Builder, Runner, Views
-from .base import lowering
+from ..program import NCHW, NHWC, Builder, Runner, Views
+from .base import fused_act, lowering
 
 
 def bitwise_layer(node: Node, b: Builder) -> bool:
@@ -76,3 +76,52 @@ def lq_quantize(node: Node, b: Builder) -> None:
 
 def _noop() -> None:
     pass
+
+
+def _quantizer_tables(node: Node, b: Builder) -> dict:
+    """The LQ layer's activation basis, offset and threshold table, from the fused LQQuantize."""
+    quantizer = b.graph.producers()[node.inputs[0]]
+    _, thresholds, codes = level_table(quantizer)
+    return {"act_basis": np.asarray(quantizer.attrs["basis"], np.float32), "act_offset": float(quantizer.attrs["offset"]),
+            "thresholds": thresholds, "codes": codes}
+
+
+def _describe(enc: LQBinary, tables: dict, kernel: str) -> str:
+    return f"LQ bitwise w{enc.bits}a{len(tables['act_basis'])} (popcount), {kernel}"
+
+
+def conv_bitwise(node: Node, b: Builder, enc: LQBinary, bias: np.ndarray | None) -> None:
+    """An LQ convolution on the input's bit-planes: the kernel quantizes the NHWC input itself."""
+    from .... import _native
+    tables = _quantizer_tables(node, b)
+    channels = b.shape(node.inputs[0])[1]
+    a = node.attrs
+    make = lambda: _native.LQConv(enc.planes, enc.basis, channels, tuple(enc.shape[2:]), bias=bias, **tables)  # noqa: E731
+    geometry = {"stride": tuple(a["strides"]), "dilation": tuple(a["dilations"]), "pads": list(a["pads"])}
+    x = b.read(node.inputs[0], NHWC)
+    y = b.write(node.outputs[0], NHWC)
+    act, threads = fused_act(node), b.threads_for(node)
+    kernel = make().kernel
+    # one plan per arena: concurrent runs never share a plan's state
+    b.emit(node, "native", lambda v: _bind_run(make(), v[x], v[y], act, threads, **geometry),
+           _describe(enc, tables, kernel))
+
+
+def gemm_bitwise(node: Node, b: Builder, enc: LQBinary, bias: np.ndarray | None) -> None:
+    """An LQ Gemm (transB weights (out, in)) on the rows' bit-planes."""
+    from .... import _native
+    tables = _quantizer_tables(node, b)
+    make = lambda: _native.LQGemm(enc.planes, enc.basis, enc.cols, bias=bias, **tables)  # noqa: E731
+    x = b.read(node.inputs[0], NCHW)
+    y = b.write(node.outputs[0], NCHW)
+    act, threads = fused_act(node), b.threads_for(node)
+    kernel = make().kernel
+    b.emit(node, "native", lambda v: _bind_run(make(), v[x], v[y], act, threads), _describe(enc, tables, kernel))
+
+
+def _bind_run(plan, x: np.ndarray, y: np.ndarray, act, threads: int, **geometry) -> Runner:
+    name, alpha, beta = act
+
+    def run() -> None:
+        plan.run(x, y, **geometry, act_name=name, act_alpha=alpha, act_beta=beta, threads=threads)
+    return run
