@@ -985,7 +985,10 @@ DIGITS_RECIPES: dict[str, dict] = {
     # tools/lq_accuracy.py): learned binary-coded weights per output channel and activations per
     # layer. The first layer's input - the image - stays float, as LQ-Nets does: 64 pixels into 16
     # channels cost little, and its levels would be fitted to pixel values, not features.
-    # LAST_LAYER_NOTE
+    # The last layer's input is quantized too (LQ-Nets keeps that layer in full precision): here
+    # the classifier reads 64 ReLU features, and keeping them float measured no better at 2 bits
+    # (seeds 0/1/2, lr 1e-3: 99.17/98.89/99.44% float, 99.17/99.72/98.89% quantized), so the
+    # whole network after the image runs binary-coded products.
     "lq-2w2a": {"default": {"lq_bits": 2, "lq_act_bits": 2}, "layers": [{"match": "/0/Conv", "lq_act_bits": None}]},
     "lq-3w3a": {"default": {"lq_bits": 3, "lq_act_bits": 3}, "layers": [{"match": "/0/Conv", "lq_act_bits": None}]},
     # weights only: every layer's input float
