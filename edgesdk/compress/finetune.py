@@ -813,6 +813,10 @@ def finetune_module(module: nn.Module, loader: Iterable, recipe: Recipe, *, epoc
     batches (a DataLoader works) and is iterated once per epoch; the module itself is not modified.
     ``options`` as for :func:`finetune_graph`.
     """
+    from .lq_train import uses_lq
+    if uses_lq(recipe):
+        raise InputError("LQ recipes (lq_bits) train from a Dataset: export the module (torch_bridge.module_to_graph) "
+                         "and call finetune_graph, which returns the encoded graph")
     cfg = FinetuneConfig(epochs=epochs, lr=lr, beta=beta, recluster_every=recluster_every, **options)
     torch.manual_seed(seed)
     if sample_input is None:
