@@ -275,8 +275,14 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     if args.int8_weight_bits is not None and not args.int8:
         raise InputError("--int8-weight-bits sets the range of int8 weights: add --int8")
     model, recipe, train, test = _finetune_inputs(args)
+    from ..compress.lq_train import uses_lq
+    if args.int8 and uses_lq(recipe):
+        raise InputError("finetune --int8 trains int8 weights and ranges, but the recipe stores learned binary codes "
+                         "(lq_bits): drop --int8, or use a recipe without lq settings")
     if args.int8:
         recipe, graph = _finetune_int8(model, recipe, train, test, args)
+    elif uses_lq(recipe):  # already encoded (LQ codes + LQQuantize nodes): packed as it stands
+        graph = _finetune_lq(model, recipe, train, test, args)
     else:
         finetuned = _finetune(model, recipe, train, test, args)
         graph, _ = compress_model(finetuned, recipe, unmatched="ignore")  # reported before training
@@ -329,6 +335,29 @@ def _finetune_int8(model: str, recipe, train, test, args: argparse.Namespace):
     if args.int8_weight_bits is not None:
         settings["weight_bits"] = args.int8_weight_bits
     return Recipe(LayerSettings(int8=True), calibration=settings), qgraph
+
+
+def _finetune_lq(model: str, recipe, train, test, args: argparse.Namespace):
+    """finetune with an lq recipe: LQ-Nets training (edgesdk.compress.lq_train); --calib (default: the
+    first 256 training samples) starts the activation bases. Returns the encoded graph."""
+    from ..compress.lq_train import lq_finetune_graph
+    from ..datasets import load_calibration
+    from ..loader import load_model
+    from ..passes import optimize
+    if args.beta is not None or args.prune_ramp is not None:
+        raise InputError("--beta and --prune-ramp are options of the codebook / NNM fine-tuning: LQ fine-tuning "
+                         "(an lq_bits recipe) does not take them")
+    if args.calib_method is not None:
+        raise InputError("--calib-method chooses int8 ranges: LQ activation bases are fitted by QEM (drop it)")
+    if args.calib_samples is not None and args.calib_samples < 1:
+        raise InputError(f"--calib-samples must be at least 1, got {args.calib_samples}")
+    calibration = load_calibration(args.calib)[: args.calib_samples or 256] if args.calib else None
+    graph = load_model(model, parse_input_shapes(args.input_shape))
+    optimize(graph)
+    options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size}.items()
+               if v is not None}
+    return lq_finetune_graph(graph, recipe, train, test=test, log=notes(args), progress=bars(),
+                             calibration=calibration, unmatched="error" if args.strict_recipe else "warn", **options)
 
 
 def _finetune_inputs(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
