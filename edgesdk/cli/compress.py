@@ -32,8 +32,8 @@ def compression_options() -> argparse.ArgumentParser:
                              help="quantize to int8 after compression (weights per channel, activations per tensor); "
                                   "needs --calib")
     compression.add_argument("--calib", metavar="DATA",
-                             help="calibration inputs for --int8, for a recipe with int8 layers, or for the "
-                                  "--max-drop search: 'digits' (its training split) or an .npz with array x")
+                             help="calibration inputs for --int8, for a recipe with int8 layers or LQ activations "
+                                  "(lq_act_bits), or for the --max-drop search: 'digits' (its training split) or an .npz with array x")
     compression.add_argument("--calib-method", choices=["minmax", "percentile", "mse"],
                              help="how each activation's range is chosen from the calibration data (default: the "
                                   "recipe's, else minmax)")
@@ -248,18 +248,23 @@ def _print_pack_result(args: argparse.Namespace, result) -> None:
 
 
 def _calibration(args: argparse.Namespace, recipe):
-    """The calibration samples for the recipe's int8 layers (None when it has none)."""
+    """The calibration samples for the recipe's int8 layers and LQ activation bases (None when it
+    has neither)."""
     from ..datasets import load_calibration
     int8 = recipe.default.int8 or any(overrides.get("int8") for _, overrides in recipe.layers)
+    lq_act = recipe.default.lq_act_bits or any(overrides.get("lq_act_bits") for _, overrides in recipe.layers)
     if int8 and not args.calib:
         what = "--int8 needs" if args.int8 else "the recipe's int8 layers need"
         raise InputError(f"{what} --calib DATA: 'digits' or an .npz with an array x of model inputs")
-    if args.calib and not int8:
-        raise InputError("--calib is for int8 layers or the accuracy budget: add --int8, a recipe with int8 layers, "
-                         "or --max-drop PP without a recipe")
+    if lq_act and not args.calib:
+        raise InputError("the recipe quantizes LQ layers' inputs (lq_act_bits): give --calib DATA ('digits' or an .npz "
+                         "with an array x of model inputs), or train them with `edgesdk finetune --recipe lq-2w2a`")
+    if args.calib and not (int8 or lq_act):
+        raise InputError("--calib is for int8 layers, LQ activations (lq_act_bits) or the accuracy budget: add --int8, "
+                         "a recipe with int8 or lq_act_bits layers, or --max-drop PP without a recipe")
     if args.int8_weight_bits is not None and not int8:
         raise InputError("--int8-weight-bits sets the range of int8 weights: add --int8 or a recipe with int8 layers")
-    if not int8:
+    if not (int8 or lq_act):
         return None
     samples = args.calib_samples or (recipe.calibration or {}).get("samples", 64)
     if samples < 1:
