@@ -2772,8 +2772,9 @@ void test_lq(const KernelTable& t) {
           const size_t words = (n + 63) / 64 + 1;
           std::vector<uint64_t> p1(kx * words, ~uint64_t{0}), p2(kx * words, ~uint64_t{0});
           std::vector<int32_t> c1(kx), c2(kx);
-          const bool n1 = ref.encode(x.data(), n, q, words, p1.data(), c1.data());
-          const bool n2 = k.encode(x.data(), n, q, words, p2.data(), c2.data());
+          uint8_t n1 = 2, n2 = 2;
+          ref.encode(x.data(), 1, n, q, words, p1.data(), c1.data(), &n1);
+          k.encode(x.data(), 1, n, q, words, p2.data(), c2.data(), &n2);
           expect(n1 == nan && n2 == nan && p1 == p2 && c1 == c2,
                  std::string("encode ") + k.encode_name + " kx=" + std::to_string(kx) + " n=" + std::to_string(n));
         }

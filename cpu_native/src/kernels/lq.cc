@@ -50,30 +50,33 @@ void lq_gemm_4x8__scalar(size_t mr, size_t kc, size_t taps, const uint64_t* cons
 
 }  // namespace
 
-bool lq_encode__scalar(const float* x, size_t n, const LqActQuant& q, size_t words, uint64_t* planes, int32_t* cnt) {
-  std::memset(planes, 0, q.kx * words * sizeof(uint64_t));
+void lq_encode__scalar(const float* x, size_t rows, size_t n, const LqActQuant& q, size_t words, uint64_t* planes,
+                       int32_t* cnt, uint8_t* nan_out) {
   const size_t levels = size_t{1} << q.kx;
   const float* thr = q.thresholds.data();
-  bool nan = false;
-  for (size_t k = 0; k < n; ++k) {
-    const float v = x[k];
-    nan |= v != v;
-    size_t lo = 0, hi = levels - 1;  // the number of thresholds < v (ascending thresholds)
-    while (lo < hi) {
-      const size_t mid = (lo + hi) / 2;
-      if (thr[mid] < v) lo = mid + 1;
-      else hi = mid;
+  for (size_t row = 0; row < rows; ++row, x += n, planes += q.kx * words, cnt += q.kx) {
+    std::memset(planes, 0, q.kx * words * sizeof(uint64_t));
+    bool nan = false;
+    for (size_t k = 0; k < n; ++k) {
+      const float v = x[k];
+      nan |= v != v;
+      size_t lo = 0, hi = levels - 1;  // the number of thresholds < v (ascending thresholds)
+      while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (thr[mid] < v) lo = mid + 1;
+        else hi = mid;
+      }
+      const unsigned code = q.codes[lo];
+      for (size_t i = 0; i < q.kx; ++i)
+        if ((code >> i) & 1u) planes[i * words + k / 64] |= uint64_t{1} << (k % 64);
     }
-    const unsigned code = q.codes[lo];
-    for (size_t i = 0; i < q.kx; ++i)
-      if ((code >> i) & 1u) planes[i * words + k / 64] |= uint64_t{1} << (k % 64);
+    for (size_t i = 0; i < q.kx; ++i) {
+      int32_t c = 0;
+      for (size_t k = 0; k < words; ++k) c += popcount64(planes[i * words + k]);
+      cnt[i] = c;
+    }
+    nan_out[row] = nan;
   }
-  for (size_t i = 0; i < q.kx; ++i) {
-    int32_t c = 0;
-    for (size_t k = 0; k < words; ++k) c += popcount64(planes[i * words + k]);
-    cnt[i] = c;
-  }
-  return nan;
 }
 
 }  // namespace edgesdk::kernels
@@ -214,7 +217,7 @@ inline bool plane_bit(const uint32_t* planes, size_t words32, size_t kw, size_t 
 void finish_layer(LqLayer& l, const float* basis, const float* bias, const std::vector<double>& wsum) {
   const size_t kx = l.q.kx;
   l.coef.assign(l.blocks * l.kw * kx * kLqNr, 0.0f);
-  l.base.assign(l.o, 0.0f);
+  l.base.assign(l.blocks * kLqNr, 0.0f);
   l.bias.assign(l.o, 0.0f);
   for (size_t o = 0; o < l.o; ++o) {
     const size_t blk = o / kLqNr, lane = o % kLqNr;
@@ -309,59 +312,76 @@ LqLayer lq_prepare_conv(const uint32_t* planes, const float* basis, size_t o, si
 
 // ---------------------------------------------------------------------------------------------
 // Drivers.
+//
+// A task takes a run of rows (GEMM) or output pixels (conv): it encodes / gathers their x-rows
+// (pixel p's plane i is x-row p*kx + i), fills a float tile [pixels][blocks*8] with the per-channel
+// base (c * weight sum + bias), runs every (block, plane) panel over the x-rows, and writes the
+// rows out through the activation. Every output's sum runs in the same order (planes j, then i)
+// whatever the tiling, so thread counts and variants give the same bits.
 
 namespace {
-
-inline float activate(float v, const Activation& act, const MinMax& mm, bool post) {
-  if (post) return activate_reference(v, act);
-  return std::min(std::max(v, mm.min), mm.max);
-}
-
-// Runs every (block, plane) panel over x-rows [0, rows) whose pointers are a[t*rows + r] and
-// accumulates into ytile[row_of(r)][8], where row_of(r) = r / kx; then writes y rows with act.
-struct TileRun {
-  const LqLayer& l;
-  size_t rows;                  // x-rows (pixels * kx)
-  const uint64_t* const* a;     // [taps][rows]
-  const int32_t* cnt;           // [rows]
-  float* ytile;                 // [pixels][8]
-  void run_panel(size_t blk, size_t j) const {
-    const LqKernels& k = *l.k;
-    const size_t kx = l.q.kx, mrmax = k.mr_max;
-    const uint64_t* panel = l.panels.data() + (blk * l.kw + j) * l.taps * l.kc * kLqNr;
-    const float* coef = l.coef.data() + (blk * l.kw + j) * kx * kLqNr;
-    const float* cp[8];
-    float* yp[8];
-    for (size_t r0 = 0; r0 < rows; r0 += mrmax) {
-      const size_t mr = min_size(mrmax, rows - r0);
-      for (size_t r = 0; r < mr; ++r) {
-        cp[r] = coef + ((r0 + r) % kx) * kLqNr;
-        yp[r] = ytile + ((r0 + r) / kx) * kLqNr;
-      }
-      k.gemm(mr, l.kc, l.taps, a + r0, rows, panel, cp, cnt + r0, yp);
-    }
-  }
-};
 
 struct Scratch {
   std::vector<uint64_t> planes;
   std::vector<const uint64_t*> ptrs;
   std::vector<int32_t> cnt;
-  std::vector<uint8_t> nan;
+  std::vector<uint8_t> nan, valid, border;
+  std::vector<uint32_t> coef_off, y_off;
   AlignedBuffer<float> ytile;
-  std::vector<float> base;  // conv border pixels: [pixel][8]
-  std::vector<uint8_t> border;
   void ensure_ytile(size_t n) {
     if (ytile.size() < n) ytile = AlignedBuffer<float>(n);
   }
+  // coef_off[r] = (r % kx) * 8, y_off[r] = (r / kx) * row_stride
+  void offsets(size_t rows, size_t kx, size_t row_stride) {
+    coef_off.resize(rows);
+    y_off.resize(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      coef_off[r] = static_cast<uint32_t>((r % kx) * kLqNr);
+      y_off[r] = static_cast<uint32_t>((r / kx) * row_stride);
+    }
+  }
 };
 
-void store_block(const LqLayer& l, size_t blk, const float* ytile, size_t pixels, float* y, const Activation& act) {
-  const MinMax mm = clamp_part(act);
-  const bool post = needs_post_pass(act);
-  const size_t o0 = blk * kLqNr, lanes = min_size(kLqNr, l.o - o0);
-  for (size_t p = 0; p < pixels; ++p)
-    for (size_t lane = 0; lane < lanes; ++lane) y[p * l.o + o0 + lane] = activate(ytile[p * kLqNr + lane], act, mm, post);
+// Every (block, plane) panel of blocks [b0, b1) over x-rows [0, rows) (pointers a[t*rows + r]).
+void run_panels(const LqLayer& l, size_t b0, size_t b1, size_t rows, const uint64_t* const* a, const int32_t* cnt,
+                float* ytile, const Scratch& s) {
+  const LqKernels& k = *l.k;
+  const size_t kx = l.q.kx, mrmax = k.mr_max, panel_words = l.taps * l.kc * kLqNr;
+  const float* cp[8];
+  float* yp[8];
+  for (size_t blk = b0; blk < b1; ++blk)
+    for (size_t j = 0; j < l.kw; ++j) {
+      const uint64_t* panel = l.panels.data() + (blk * l.kw + j) * panel_words;
+      const float* coef = l.coef.data() + (blk * l.kw + j) * kx * kLqNr;
+      float* yb = ytile + (blk - b0) * kLqNr;
+      for (size_t r0 = 0; r0 < rows; r0 += mrmax) {
+        const size_t mr = min_size(mrmax, rows - r0);
+        for (size_t r = 0; r < mr; ++r) {
+          cp[r] = coef + s.coef_off[r0 + r];
+          yp[r] = yb + s.y_off[r0 + r];
+        }
+        k.gemm(mr, l.kc, l.taps, a + r0, rows, panel, cp, cnt + r0, yp);
+      }
+    }
+}
+
+// y[0..n) = act(t[0..n)); NaN where nan.
+void store_row(const float* t, size_t n, float* y, const Activation& act, bool nan) {
+  if (nan) {
+    for (size_t i = 0; i < n; ++i) y[i] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (act.kind == ActKind::None) {
+    std::memcpy(y, t, n * sizeof(float));
+  } else if (needs_post_pass(act)) {
+    for (size_t i = 0; i < n; ++i) y[i] = activate_reference(t[i], act);
+  } else {
+    const MinMax mm = clamp_part(act);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = t[i] < mm.min ? mm.min : t[i];
+      y[i] = v > mm.max ? mm.max : v;
+    }
+  }
 }
 
 }  // namespace
@@ -370,7 +390,9 @@ void lq_gemm(const LqLayer& l, const float* x, size_t m, float* y, const Activat
   if (m == 0) return;
   if (threads < 1) threads = 1;
   const size_t kx = l.q.kx, words = l.kc;
-  const size_t row_chunk = max_size(1, min_size(64, div_up(m, threads)));
+  // Rows per task: the tile [rows][blocks*8] floats stays within ~64 KiB.
+  const size_t row_cap = max_size(1, min_size(64, 16384 / (l.blocks * kLqNr)));
+  const size_t row_chunk = max_size(1, min_size(row_cap, div_up(m, threads)));
   const size_t row_tasks = div_up(m, row_chunk);
   // Few rows (GEMV) on several threads: split the output channels too (the result is the same).
   const size_t blk_tasks = row_tasks >= threads ? 1 : min_size(l.blocks, div_up(threads, row_tasks));
@@ -380,30 +402,21 @@ void lq_gemm(const LqLayer& l, const float* x, size_t m, float* y, const Activat
     for (size_t task = begin; task < end; ++task) {
       const size_t m0 = (task / blk_tasks) * row_chunk, m1 = min_size(m, m0 + row_chunk);
       const size_t b0 = (task % blk_tasks) * blk_chunk, b1 = min_size(l.blocks, b0 + blk_chunk);
-      const size_t pix = m1 - m0, rows = pix * kx;
+      if (b0 >= b1) continue;
+      const size_t pix = m1 - m0, rows = pix * kx, stride = (b1 - b0) * kLqNr;
       s.planes.resize(rows * words);
       s.ptrs.resize(rows);
       s.cnt.resize(rows);
       s.nan.resize(pix);
-      s.ensure_ytile(pix * kLqNr);
-      for (size_t p = 0; p < pix; ++p)
-        s.nan[p] = l.k->encode(x + (m0 + p) * l.n, l.n, l.q, words, s.planes.data() + p * kx * words,
-                               s.cnt.data() + p * kx);
+      s.ensure_ytile(pix * stride);
+      l.k->encode(x + m0 * l.n, pix, l.n, l.q, words, s.planes.data(), s.cnt.data(), s.nan.data());
       for (size_t r = 0; r < rows; ++r) s.ptrs[r] = s.planes.data() + r * words;
-      const TileRun tr{l, rows, s.ptrs.data(), s.cnt.data(), s.ytile.data()};
-      for (size_t blk = b0; blk < b1; ++blk) {
-        for (size_t p = 0; p < pix; ++p)
-          for (size_t lane = 0; lane < kLqNr; ++lane) {
-            const size_t oc = blk * kLqNr + lane;
-            s.ytile[p * kLqNr + lane] = oc < l.o ? l.base[oc] : 0.0f;
-          }
-        for (size_t j = 0; j < l.kw; ++j) tr.run_panel(blk, j);
-        store_block(l, blk, s.ytile.data(), pix, y + m0 * l.o, act);
-      }
-      const float qnan = std::numeric_limits<float>::quiet_NaN();
-      for (size_t p = 0; p < pix; ++p)
-        if (s.nan[p])
-          for (size_t oc = b0 * kLqNr; oc < min_size(l.o, b1 * kLqNr); ++oc) y[(m0 + p) * l.o + oc] = qnan;
+      s.offsets(rows, kx, stride);
+      float* tile = s.ytile.data();
+      for (size_t p = 0; p < pix; ++p) std::memcpy(tile + p * stride, l.base.data() + b0 * kLqNr, stride * sizeof(float));
+      run_panels(l, b0, b1, rows, s.ptrs.data(), s.cnt.data(), tile, s);
+      const size_t o0 = b0 * kLqNr, o1 = min_size(l.o, b1 * kLqNr);
+      for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, o1 - o0, y + (m0 + p) * l.o + o0, act, s.nan[p]);
     }
   }, Partition::Static);
 }
@@ -416,80 +429,103 @@ size_t lq_conv_out(size_t in, size_t k, size_t stride, size_t dil, size_t pad0, 
 void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, const LqConvGeometry& g, float* y,
              const Activation& act, size_t threads) {
   if (threads < 1) threads = 1;
-  const size_t kx = l.q.kx, kc = l.kc, c = l.n / l.taps, taps = l.taps;
+  const size_t kx = l.q.kx, kc = l.kc, c = l.n / l.taps, taps = l.taps, pw = kx * kc;
   const size_t oh = lq_conv_out(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
   const size_t ow = lq_conv_out(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
   const size_t in_pix = b * h * w, out_pix = b * oh * ow;
   if (out_pix == 0) return;
   // Encode every input pixel once: kx planes of kc words, their popcounts, a NaN flag.
-  AlignedBuffer<uint64_t> enc(in_pix * kx * kc + kx * kc);
-  uint64_t* zero = enc.data() + in_pix * kx * kc;
-  std::memset(zero, 0, kx * kc * sizeof(uint64_t));
+  AlignedBuffer<uint64_t> enc(in_pix * pw + pw);
+  uint64_t* zero = enc.data() + in_pix * pw;
+  std::memset(zero, 0, pw * sizeof(uint64_t));
   std::vector<int32_t> pcnt(in_pix * kx);
   std::vector<uint8_t> pnan(in_pix);
-  parallel_for(div_up(in_pix, 64), threads, [&](size_t begin, size_t end) {
-    for (size_t p = begin * 64; p < min_size(in_pix, end * 64); ++p)
-      pnan[p] = l.k->encode(x + p * c, c, l.q, kc, enc.data() + p * kx * kc, pcnt.data() + p * kx);
+  constexpr size_t kEncodeChunk = 256;
+  parallel_for(div_up(in_pix, kEncodeChunk), threads, [&](size_t begin, size_t end) {
+    const size_t p0 = begin * kEncodeChunk, p1 = min_size(in_pix, end * kEncodeChunk);
+    l.k->encode(x + p0 * c, p1 - p0, c, l.q, kc, enc.data() + p0 * pw, pcnt.data() + p0 * kx, pnan.data() + p0);
   }, Partition::Static);
-  const size_t chunk = 32;  // output pixels per task
+  // Per tap: the input pixel offset from the window's corner.
+  std::vector<ptrdiff_t> tap_off(taps), tap_dy(taps), tap_dx(taps);
+  for (size_t ty = 0; ty < g.kh; ++ty)
+    for (size_t tx = 0; tx < g.kw; ++tx) {
+      tap_off[ty * g.kw + tx] = static_cast<ptrdiff_t>(ty * g.dil_h * w + tx * g.dil_w);
+      tap_dy[ty * g.kw + tx] = static_cast<ptrdiff_t>(ty * g.dil_h);
+      tap_dx[ty * g.kw + tx] = static_cast<ptrdiff_t>(tx * g.dil_w);
+    }
+  const size_t stride = l.blocks * kLqNr;
+  const size_t chunk = max_size(8, min_size(64, 16384 / stride));  // output pixels per task
   const double offset = l.q.offset;
   parallel_for(div_up(out_pix, chunk), threads, [&](size_t begin, size_t end) {
     Scratch s;
     for (size_t task = begin; task < end; ++task) {
       const size_t p0 = task * chunk, pix = min_size(out_pix, p0 + chunk) - p0, rows = pix * kx;
-      s.ptrs.assign(taps * rows, nullptr);
+      s.ptrs.resize(taps * rows);
       s.cnt.assign(rows, 0);
       s.nan.assign(pix, 0);
-      s.border.assign(pix * taps, 1);  // valid tap flags
-      std::vector<uint8_t> is_border(pix, 0);
-      s.ensure_ytile(pix * kLqNr);
-      for (size_t p = 0; p < pix; ++p) {
-        const size_t q = p0 + p, bi = q / (oh * ow), oy = (q / ow) % oh, ox = q % ow;
-        for (size_t ty = 0; ty < g.kh; ++ty)
-          for (size_t tx = 0; tx < g.kw; ++tx) {
-            const size_t t = ty * g.kw + tx;
-            const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * g.stride_h + ty * g.dil_h) - static_cast<ptrdiff_t>(g.pad_top);
-            const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * g.stride_w + tx * g.dil_w) - static_cast<ptrdiff_t>(g.pad_left);
-            const bool valid = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h) && ix < static_cast<ptrdiff_t>(w);
-            if (valid) {
-              const size_t ip = (bi * h + static_cast<size_t>(iy)) * w + static_cast<size_t>(ix);
-              for (size_t i = 0; i < kx; ++i) {
-                s.ptrs[t * rows + p * kx + i] = enc.data() + (ip * kx + i) * kc;
-                s.cnt[p * kx + i] += pcnt[ip * kx + i];
-              }
-              s.nan[p] |= pnan[ip];
-            } else {
-              for (size_t i = 0; i < kx; ++i) s.ptrs[t * rows + p * kx + i] = zero;
-              s.border[p * taps + t] = 0;
-              is_border[p] = 1;
+      s.border.assign(pix, 0);
+      s.valid.resize(pix * taps);
+      s.ensure_ytile(pix * stride);
+      s.offsets(rows, kx, stride);
+      float* tile = s.ytile.data();
+      const uint64_t** ptrs = s.ptrs.data();
+      uint8_t* valid = s.valid.data();
+      int32_t* cntp = s.cnt.data();
+      const uint64_t* encp = enc.data();
+      const int32_t* pcntp = pcnt.data();
+      const uint8_t* pnanp = pnan.data();
+      const ptrdiff_t* toff = tap_off.data();
+      size_t bi = p0 / (oh * ow), oy = (p0 / ow) % oh, ox = p0 % ow;  // stepped along (no division per pixel)
+      for (size_t p = 0; p < pix; ++p, ++ox) {
+        if (ox == ow) {
+          ox = 0;
+          if (++oy == oh) oy = 0, ++bi;
+        }
+        const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * g.stride_h) - static_cast<ptrdiff_t>(g.pad_top);
+        const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * g.stride_w) - static_cast<ptrdiff_t>(g.pad_left);
+        const bool inside = y0 >= 0 && x0 >= 0 && y0 + static_cast<ptrdiff_t>(g.dil_h * (g.kh - 1)) < static_cast<ptrdiff_t>(h) &&
+                            x0 + static_cast<ptrdiff_t>(g.dil_w * (g.kw - 1)) < static_cast<ptrdiff_t>(w);
+        const ptrdiff_t corner = (static_cast<ptrdiff_t>(bi * h) + y0) * static_cast<ptrdiff_t>(w) + x0;
+        // Raw pointers and local sums: stores through the pointer table must not make the compiler
+        // reload everything per tap.
+        int32_t csum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        uint8_t nan = 0;
+        const uint64_t** pt = ptrs + p * kx;
+        uint8_t* vp = valid + p * taps;
+        for (size_t t = 0; t < taps; ++t, pt += rows) {
+          bool ok = inside;
+          if (!inside) {
+            const ptrdiff_t iy = y0 + tap_dy[t], ix = x0 + tap_dx[t];
+            ok = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h) && ix < static_cast<ptrdiff_t>(w);
+            vp[t] = ok;
+          }
+          if (ok) {
+            const size_t ip = static_cast<size_t>(corner + toff[t]);
+            const uint64_t* base = encp + ip * pw;
+            const int32_t* pc = pcntp + ip * kx;
+            for (size_t i = 0; i < kx; ++i) {
+              pt[i] = base + i * kc;
+              csum[i] += pc[i];
             }
+            nan |= pnanp[ip];
+          } else {
+            for (size_t i = 0; i < kx; ++i) pt[i] = zero;
+          }
+        }
+        for (size_t i = 0; i < kx; ++i) cntp[p * kx + i] = csum[i];
+        s.nan[p] = nan;
+        float* trow = tile + p * stride;
+        std::memcpy(trow, l.base.data(), stride * sizeof(float));
+        if (!inside && offset != 0.0)  // c * (the valid taps' weight sum) + bias
+          for (size_t oc = 0; oc < l.o; ++oc) {
+            double ws = 0.0;
+            for (size_t t = 0; t < taps; ++t)
+              if (valid[p * taps + t]) ws += l.wtap[oc * taps + t];
+            trow[oc] = static_cast<float>(offset * ws + l.bias[oc]);
           }
       }
-      const TileRun tr{l, rows, s.ptrs.data(), s.cnt.data(), s.ytile.data()};
-      for (size_t blk = 0; blk < l.blocks; ++blk) {
-        for (size_t p = 0; p < pix; ++p)
-          for (size_t lane = 0; lane < kLqNr; ++lane) {
-            const size_t oc = blk * kLqNr + lane;
-            float v = 0.0f;
-            if (oc < l.o) {
-              if (is_border[p] && offset != 0.0) {  // c * (the valid taps' weight sum) + bias
-                double ws = 0.0;
-                for (size_t t = 0; t < taps; ++t)
-                  if (s.border[p * taps + t]) ws += l.wtap[oc * taps + t];
-                v = static_cast<float>(offset * ws + l.bias[oc]);
-              } else {
-                v = l.base[oc];
-              }
-            }
-            s.ytile[p * kLqNr + lane] = v;
-          }
-        for (size_t j = 0; j < l.kw; ++j) tr.run_panel(blk, j);
-        store_block(l, blk, s.ytile.data(), pix, y + p0 * l.o, act);
-      }
-      const float qnan = std::numeric_limits<float>::quiet_NaN();
-      for (size_t p = 0; p < pix; ++p)
-        if (s.nan[p])
-          for (size_t oc = 0; oc < l.o; ++oc) y[(p0 + p) * l.o + oc] = qnan;
+      run_panels(l, 0, l.blocks, rows, s.ptrs.data(), s.cnt.data(), tile, s);
+      for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, l.o, y + (p0 + p) * l.o, act, s.nan[p]);
     }
   }, Partition::Static);
 }

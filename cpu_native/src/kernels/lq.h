@@ -41,8 +41,8 @@ enum class LqVariant { Scalar, Avx2, Avx512Bw, Avx512Vpopcnt, Neon };
 using LqUkernel = void (*)(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
                            const uint64_t* w, const float* const* coef, const int32_t* cnt, float* const* y);
 
-// The encoder: x[0..n) -> kx planes of `words` uint64 (bits past n zero), their popcounts; returns
-// true if any x is NaN.
+// The encoder, `rows` rows of n contiguous values: row r -> kx planes of `words` uint64 (bits past n
+// zero) at planes + r*kx*words, their popcounts at cnt + r*kx, nan[r] = 1 if the row has a NaN.
 struct LqActQuant {
   size_t kx = 1;
   float offset = 0.0f;
@@ -50,8 +50,8 @@ struct LqActQuant {
   std::vector<float> thresholds;  // 2^kx - 1, ascending
   std::vector<uint8_t> codes;     // 2^kx
 };
-using LqEncodeUkernel = bool (*)(const float* x, size_t n, const LqActQuant& q, size_t words, uint64_t* planes,
-                                 int32_t* cnt);
+using LqEncodeUkernel = void (*)(const float* x, size_t rows, size_t n, const LqActQuant& q, size_t words,
+                                 uint64_t* planes, int32_t* cnt, uint8_t* nan);
 
 struct LqKernels {
   LqVariant variant;
@@ -80,7 +80,7 @@ struct LqLayer {
   size_t blocks = 0;            // ceil(o / 8)
   AlignedBuffer<uint64_t> panels;  // [block][j][taps*kc][8]
   std::vector<float> coef;         // [block][j][i][8]: alpha_i * beta[o][j]
-  std::vector<float> base;         // [o]: c*Wsum[o] + bias[o]
+  std::vector<float> base;         // [blocks*8]: c*Wsum[o] + bias[o] (0 past o)
   std::vector<float> bias;         // [o] (zeros without)
   std::vector<double> wtap;        // conv: [o][t] per-tap weight sums (border pixels)
   LqActQuant q;
@@ -109,6 +109,7 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
              const Activation& act, size_t threads);
 
 // The scalar encoder for any kx (reference).
-bool lq_encode__scalar(const float* x, size_t n, const LqActQuant& q, size_t words, uint64_t* planes, int32_t* cnt);
+void lq_encode__scalar(const float* x, size_t rows, size_t n, const LqActQuant& q, size_t words, uint64_t* planes,
+                       int32_t* cnt, uint8_t* nan);
 
 }  // namespace edgesdk::kernels

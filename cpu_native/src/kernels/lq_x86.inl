@@ -182,81 +182,85 @@ EDGESDK_LQ_VPOPCNT void lq_gemm_8x8__avx512vpopcnt(size_t mr, size_t kc, size_t 
 // ----------------------------------------------------------------------------------------------
 // Encoders.
 
-EDGESDK_LQ_AVX2 bool lq_encode_8x__avx2(const float* x, size_t n, const LqActQuant& q, size_t words,
-                                       uint64_t* planes, int32_t* cnt) {
-  if (q.kx > 4) return lq_encode__scalar(x, n, q, words, planes, cnt);
+EDGESDK_LQ_AVX2 void lq_encode_8x__avx2(const float* x, size_t rows, size_t n, const LqActQuant& q, size_t words,
+                                       uint64_t* planes, int32_t* cnt, uint8_t* nan_out) {
+  if (q.kx > 4) return lq_encode__scalar(x, rows, n, q, words, planes, cnt, nan_out);
   const size_t kx = q.kx, nthr = (size_t{1} << kx) - 1;
-  for (size_t i = 0; i < kx * words; ++i) planes[i] = 0;
   int32_t tab[16] = {};
   for (size_t l = 0; l <= nthr; ++l) tab[l] = q.codes[l];
   const __m256i tab_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tab));
   const __m256i tab_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tab + 8));
   __m256 thr[15];
   for (size_t t = 0; t < nthr; ++t) thr[t] = _mm256_set1_ps(q.thresholds[t]);
-  int nan = 0;
-  for (size_t k = 0; k < n; k += 8) {
-    __m256 v;
-    int valid = 0xff;
-    if (n - k >= 8) {
-      v = _mm256_loadu_ps(x + k);
-    } else {
-      float tmp[8] = {};
-      for (size_t e = 0; e < n - k; ++e) tmp[e] = x[k + e];
-      v = _mm256_loadu_ps(tmp);
-      valid = (1 << (n - k)) - 1;
+  for (size_t row = 0; row < rows; ++row, x += n, planes += kx * words, cnt += kx) {
+    for (size_t i = 0; i < kx * words; ++i) planes[i] = 0;
+    int nan = 0;
+    for (size_t k = 0; k < n; k += 8) {
+      __m256 v;
+      int valid = 0xff;
+      if (n - k >= 8) {
+        v = _mm256_loadu_ps(x + k);
+      } else {
+        float tmp[8] = {};
+        for (size_t e = 0; e < n - k; ++e) tmp[e] = x[k + e];
+        v = _mm256_loadu_ps(tmp);
+        valid = (1 << (n - k)) - 1;
+      }
+      nan |= _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) & valid;
+      __m256i l = _mm256_setzero_si256();
+      for (size_t t = 0; t < nthr; ++t)
+        l = _mm256_sub_epi32(l, _mm256_castps_si256(_mm256_cmp_ps(thr[t], v, _CMP_LT_OQ)));
+      __m256i code = _mm256_permutevar8x32_epi32(tab_lo, l);
+      if (kx == 4)
+        code = _mm256_blendv_epi8(code, _mm256_permutevar8x32_epi32(tab_hi, l),
+                                  _mm256_cmpgt_epi32(l, _mm256_set1_epi32(7)));
+      for (size_t i = 0; i < kx; ++i) {
+        const unsigned bits = static_cast<unsigned>(
+            _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(code, static_cast<int>(31 - i)))) & valid);
+        planes[i * words + k / 64] |= static_cast<uint64_t>(bits) << (k % 64);
+      }
     }
-    nan |= _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) & valid;
-    __m256i l = _mm256_setzero_si256();
-    for (size_t t = 0; t < nthr; ++t)
-      l = _mm256_sub_epi32(l, _mm256_castps_si256(_mm256_cmp_ps(thr[t], v, _CMP_LT_OQ)));
-    __m256i code = _mm256_permutevar8x32_epi32(tab_lo, l);
-    if (kx == 4)
-      code = _mm256_blendv_epi8(code, _mm256_permutevar8x32_epi32(tab_hi, l),
-                                _mm256_cmpgt_epi32(l, _mm256_set1_epi32(7)));
     for (size_t i = 0; i < kx; ++i) {
-      const unsigned bits = static_cast<unsigned>(
-          _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(code, static_cast<int>(31 - i)))) & valid);
-      planes[i * words + k / 64] |= static_cast<uint64_t>(bits) << (k % 64);
+      int32_t c = 0;
+      for (size_t k = 0; k < words; ++k) c += __builtin_popcountll(planes[i * words + k]);
+      cnt[i] = c;
     }
+    nan_out[row] = nan != 0;
   }
-  for (size_t i = 0; i < kx; ++i) {
-    int32_t c = 0;
-    for (size_t k = 0; k < words; ++k) c += __builtin_popcountll(planes[i * words + k]);
-    cnt[i] = c;
-  }
-  return nan != 0;
 }
 
-EDGESDK_LQ_SKX bool lq_encode_16x__avx512skx(const float* x, size_t n, const LqActQuant& q, size_t words,
-                                            uint64_t* planes, int32_t* cnt) {
-  if (q.kx > 4) return lq_encode__scalar(x, n, q, words, planes, cnt);
+EDGESDK_LQ_SKX void lq_encode_16x__avx512skx(const float* x, size_t rows, size_t n, const LqActQuant& q, size_t words,
+                                            uint64_t* planes, int32_t* cnt, uint8_t* nan_out) {
+  if (q.kx > 4) return lq_encode__scalar(x, rows, n, q, words, planes, cnt, nan_out);
   const size_t kx = q.kx, nthr = (size_t{1} << kx) - 1;
-  for (size_t i = 0; i < kx * words; ++i) planes[i] = 0;
   int32_t tab[16] = {};
   for (size_t l = 0; l <= nthr; ++l) tab[l] = q.codes[l];
   const __m512i table = _mm512_loadu_si512(tab);
   __m512 thr[15];
   for (size_t t = 0; t < nthr; ++t) thr[t] = _mm512_set1_ps(q.thresholds[t]);
   const __m512i one = _mm512_set1_epi32(1);
-  __mmask16 nan = 0;
-  for (size_t k = 0; k < n; k += 16) {
-    const __mmask16 valid = n - k >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - k)) - 1);
-    const __m512 v = _mm512_maskz_loadu_ps(valid, x + k);
-    nan |= _mm512_mask_cmp_ps_mask(valid, v, v, _CMP_UNORD_Q);
-    __m512i l = _mm512_setzero_si512();
-    for (size_t t = 0; t < nthr; ++t) l = _mm512_mask_add_epi32(l, _mm512_cmp_ps_mask(thr[t], v, _CMP_LT_OQ), l, one);
-    const __m512i code = _mm512_permutexvar_epi32(l, table);
-    for (size_t i = 0; i < kx; ++i) {
-      const __mmask16 bits = _mm512_mask_test_epi32_mask(valid, code, _mm512_set1_epi32(1 << i));
-      planes[i * words + k / 64] |= static_cast<uint64_t>(bits) << (k % 64);
+  for (size_t row = 0; row < rows; ++row, x += n, planes += kx * words, cnt += kx) {
+    for (size_t i = 0; i < kx * words; ++i) planes[i] = 0;
+    __mmask16 nan = 0;
+    for (size_t k = 0; k < n; k += 16) {
+      const __mmask16 valid = n - k >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - k)) - 1);
+      const __m512 v = _mm512_maskz_loadu_ps(valid, x + k);
+      nan |= _mm512_mask_cmp_ps_mask(valid, v, v, _CMP_UNORD_Q);
+      __m512i l = _mm512_setzero_si512();
+      for (size_t t = 0; t < nthr; ++t) l = _mm512_mask_add_epi32(l, _mm512_cmp_ps_mask(thr[t], v, _CMP_LT_OQ), l, one);
+      const __m512i code = _mm512_permutexvar_epi32(l, table);
+      for (size_t i = 0; i < kx; ++i) {
+        const __mmask16 bits = _mm512_mask_test_epi32_mask(valid, code, _mm512_set1_epi32(1 << i));
+        planes[i * words + k / 64] |= static_cast<uint64_t>(bits) << (k % 64);
+      }
     }
+    for (size_t i = 0; i < kx; ++i) {
+      int32_t c = 0;
+      for (size_t k = 0; k < words; ++k) c += __builtin_popcountll(planes[i * words + k]);
+      cnt[i] = c;
+    }
+    nan_out[row] = nan != 0;
   }
-  for (size_t i = 0; i < kx; ++i) {
-    int32_t c = 0;
-    for (size_t k = 0; k < words; ++k) c += __builtin_popcountll(planes[i * words + k]);
-    cnt[i] = c;
-  }
-  return nan != 0;
 }
 
 const LqKernels kLqAvx2{LqVariant::Avx2, 4, lq_gemm_4x8__avx2, lq_encode_8x__avx2, "b1_lqgemm_4x8__avx2",
