@@ -2736,32 +2736,35 @@ void test_lq(const KernelTable& t) {
       ++fam.cases;
       if (!ok && fam.failure.empty()) fam.failure = what + " (" + k.gemm_name + ")";
     };
-    // The microkernel: every mr, word counts past the 31-word byte-count flush, rows sharing y.
+    // The microkernel: every mr, 1-3 panels, word counts past the 31-word byte-count flush.
     for (size_t mr = 1; mr <= k.mr_max; ++mr)
       for (size_t kc : {1, 2, 3, 13, 40})
         for (size_t taps : {1, 3, 9}) {
-          std::vector<uint64_t> words(taps * mr * kc), w(taps * kc * kLqNr);
+          const size_t np = 1 + (mr + kc) % 3, pstride = taps * kc * kLqNr + 8 * (kc % 2);
+          std::vector<uint64_t> words(taps * mr * kc), w(np * pstride);
           for (auto& x : words) x = (static_cast<uint64_t>(rng()) << 32) | rng();
           for (auto& x : w) x = (static_cast<uint64_t>(rng()) << 32) | rng();
           std::vector<const uint64_t*> a(taps * mr);
           for (size_t i = 0; i < a.size(); ++i) a[i] = words.data() + i * kc;
-          std::vector<float> coef = random_vec(mr * kLqNr), y0 = random_vec(mr * kLqNr, -5.0f, 5.0f);
-          std::vector<int32_t> cnt(mr);
-          for (auto& c : cnt) c = static_cast<int32_t>(rng() % (64 * kc * taps + 1));
-          std::vector<float> y1 = y0, y2 = y0;
-          const float* cp[8];
-          float *yp1[8], *yp2[8];
-          for (size_t r = 0; r < mr; ++r) {
-            cp[r] = coef.data() + r * kLqNr;
-            const size_t row = taps == 3 ? r / 2 : r;  // taps == 3: pairs of x-rows share an output row
-            yp1[r] = y1.data() + row * kLqNr;
-            yp2[r] = y2.data() + row * kLqNr;
-          }
-          ref.gemm(mr, kc, taps, a.data(), mr, w.data(), cp, cnt.data(), yp1);
-          k.gemm(mr, kc, taps, a.data(), mr, w.data(), cp, cnt.data(), yp2);
-          expect(same_bits(y1.data(), y2.data(), y1.size()),
-                 "ukernel mr=" + std::to_string(mr) + " kc=" + std::to_string(kc) + " taps=" + std::to_string(taps));
+          std::vector<int32_t> c1(mr * np * kLqNr, -1), c2(mr * np * kLqNr, -2);
+          ref.gemm(mr, kc, taps, a.data(), mr, w.data(), np, pstride, c1.data());
+          k.gemm(mr, kc, taps, a.data(), mr, w.data(), np, pstride, c2.data());
+          expect(c1 == c2, "ukernel mr=" + std::to_string(mr) + " kc=" + std::to_string(kc) + " taps=" +
+                               std::to_string(taps) + " np=" + std::to_string(np));
         }
+    // The combination: bit for bit the scalar one (fused multiply-adds in the same order).
+    for (size_t kx : {1, 3, 8})
+      for (size_t kw : {1, 2, 8}) {
+        const size_t pixels = 5, stride = 24;
+        std::vector<int32_t> c(pixels * kx * kw * kLqNr), cnt(pixels * kx);
+        for (auto& v : c) v = static_cast<int32_t>(rng() % 2000);
+        for (auto& v : cnt) v = static_cast<int32_t>(rng() % 2000);
+        const std::vector<float> coef = random_vec(kw * kx * kLqNr);
+        std::vector<float> y1 = random_vec(pixels * stride, -10.0f, 10.0f), y2 = y1;
+        ref.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), y1.data(), stride);
+        k.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), y2.data(), stride);
+        expect(same_bits(y1.data(), y2.data(), y1.size()), "combine kx=" + std::to_string(kx) + " kw=" + std::to_string(kw));
+      }
     // The encoder: every kx, tails, ties, infinities, NaN; words past n must come back zero.
     for (size_t kx = 1; kx <= 8; ++kx)
       for (size_t n : {1, 7, 16, 33, 64, 100, 257})
@@ -2777,6 +2780,17 @@ void test_lq(const KernelTable& t) {
           k.encode(x.data(), 1, n, q, words, p2.data(), c2.data(), &n2);
           expect(n1 == nan && n2 == nan && p1 == p2 && c1 == c2,
                  std::string("encode ") + k.encode_name + " kx=" + std::to_string(kx) + " n=" + std::to_string(n));
+          // Three rows a call: the same as one at a time.
+          std::vector<float> x3 = lq_random_input(3 * n, q);
+          x3[n + n / 2] = std::numeric_limits<float>::quiet_NaN();
+          std::vector<uint64_t> p3(3 * kx * words, ~uint64_t{0}), p4(3 * kx * words);
+          std::vector<int32_t> c3(3 * kx), c4(3 * kx);
+          uint8_t n3[3], n4[3];
+          k.encode(x3.data(), 3, n, q, words, p3.data(), c3.data(), n3);
+          for (size_t r = 0; r < 3; ++r)
+            ref.encode(x3.data() + r * n, 1, n, q, words, p4.data() + r * kx * words, c4.data() + r * kx, n4 + r);
+          expect(p3 == p4 && c3 == c4 && std::memcmp(n3, n4, 3) == 0 && n3[1] == 1,
+                 std::string("encode 3 rows ") + k.encode_name + " kx=" + std::to_string(kx) + " n=" + std::to_string(n));
         }
     // Whole GEMM layers.
     struct GemmCase { size_t kw, kx, n, m, o; float offset; bool bias; };

@@ -34,18 +34,27 @@ inline int popcount64(uint64_t v) { return __builtin_popcountll(v); }
 // Scalar references.
 
 void lq_gemm_4x8__scalar(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
-                         const uint64_t* w, const float* const* coef, const int32_t* cnt, float* const* y) {
-  for (size_t r = 0; r < mr; ++r) {
-    int64_t acc[kLqNr] = {};
-    for (size_t t = 0; t < taps; ++t) {
-      const uint64_t* ap = a[t * a_stride + r];
-      const uint64_t* wp = w + t * kc * kLqNr;
-      for (size_t k = 0; k < kc; ++k)
-        for (size_t l = 0; l < kLqNr; ++l) acc[l] += popcount64(ap[k] & wp[k * kLqNr + l]);
+                         const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
+  for (size_t r = 0; r < mr; ++r)
+    for (size_t j = 0; j < np; ++j) {
+      int64_t acc[kLqNr] = {};
+      for (size_t t = 0; t < taps; ++t) {
+        const uint64_t* ap = a[t * a_stride + r];
+        const uint64_t* wp = w + j * panel_stride + t * kc * kLqNr;
+        for (size_t k = 0; k < kc; ++k)
+          for (size_t l = 0; l < kLqNr; ++l) acc[l] += popcount64(ap[k] & wp[k * kLqNr + l]);
+      }
+      for (size_t l = 0; l < kLqNr; ++l) c[(r * np + j) * kLqNr + l] = static_cast<int32_t>(acc[l]);
     }
-    for (size_t l = 0; l < kLqNr; ++l)
-      y[r][l] = std::fma(coef[r][l], static_cast<float>(2 * acc[l] - cnt[r]), y[r][l]);
-  }
+}
+
+void lq_combine_8__scalar(size_t pixels, size_t kx, size_t kw, const int32_t* c, const int32_t* cnt, const float* coef,
+                          float* y, size_t y_stride) {
+  for (size_t p = 0; p < pixels; ++p, y += y_stride, c += kx * kw * kLqNr, cnt += kx)
+    for (size_t j = 0; j < kw; ++j)
+      for (size_t i = 0; i < kx; ++i)
+        for (size_t l = 0; l < kLqNr; ++l)
+          y[l] = std::fma(coef[(j * kx + i) * kLqNr + l], static_cast<float>(2 * c[(i * kw + j) * kLqNr + l] - cnt[i]), y[l]);
 }
 
 }  // namespace
@@ -106,7 +115,7 @@ bool isa_supported(Isa isa) {
   return false;
 }
 
-const LqKernels kScalar{LqVariant::Scalar, 4, lq_gemm_4x8__scalar, lq_encode__scalar, "b1_lqgemm_4x8__scalar",
+const LqKernels kScalar{LqVariant::Scalar, 4, lq_gemm_4x8__scalar, lq_combine_8__scalar, lq_encode__scalar, "b1_lqgemm_4x8__scalar",
                         "f32_lqencode__scalar"};
 
 }  // namespace
@@ -324,45 +333,29 @@ namespace {
 struct Scratch {
   std::vector<uint64_t> planes;
   std::vector<const uint64_t*> ptrs;
-  std::vector<int32_t> cnt;
-  std::vector<uint8_t> nan, valid, border;
-  std::vector<uint32_t> coef_off, y_off;
+  std::vector<int32_t> cnt, counts;
+  std::vector<uint8_t> nan, valid;
   AlignedBuffer<float> ytile;
   void ensure_ytile(size_t n) {
     if (ytile.size() < n) ytile = AlignedBuffer<float>(n);
   }
-  // coef_off[r] = (r % kx) * 8, y_off[r] = (r / kx) * row_stride
-  void offsets(size_t rows, size_t kx, size_t row_stride) {
-    coef_off.resize(rows);
-    y_off.resize(rows);
-    for (size_t r = 0; r < rows; ++r) {
-      coef_off[r] = static_cast<uint32_t>((r % kx) * kLqNr);
-      y_off[r] = static_cast<uint32_t>((r / kx) * row_stride);
-    }
-  }
 };
 
-// Every (block, plane) panel of blocks [b0, b1) over x-rows [0, rows) (pointers a[t*rows + r]).
-void run_panels(const LqLayer& l, size_t b0, size_t b1, size_t rows, const uint64_t* const* a, const int32_t* cnt,
-                float* ytile, const Scratch& s) {
+// Every block of [b0, b1) over the x-rows of `pixels` pixels (pointers a[t*rows + r]): the counts
+// of all kw panels, mr rows at a time, then the combination into ytile[p*stride + (blk - b0)*8].
+void run_blocks(const LqLayer& l, size_t b0, size_t b1, size_t pixels, const uint64_t* const* a, const int32_t* cnt,
+                float* ytile, size_t stride, Scratch& s) {
   const LqKernels& k = *l.k;
-  const size_t kx = l.q.kx, mrmax = k.mr_max, panel_words = l.taps * l.kc * kLqNr;
-  const float* cp[8];
-  float* yp[8];
-  for (size_t blk = b0; blk < b1; ++blk)
-    for (size_t j = 0; j < l.kw; ++j) {
-      const uint64_t* panel = l.panels.data() + (blk * l.kw + j) * panel_words;
-      const float* coef = l.coef.data() + (blk * l.kw + j) * kx * kLqNr;
-      float* yb = ytile + (blk - b0) * kLqNr;
-      for (size_t r0 = 0; r0 < rows; r0 += mrmax) {
-        const size_t mr = min_size(mrmax, rows - r0);
-        for (size_t r = 0; r < mr; ++r) {
-          cp[r] = coef + s.coef_off[r0 + r];
-          yp[r] = yb + s.y_off[r0 + r];
-        }
-        k.gemm(mr, l.kc, l.taps, a + r0, rows, panel, cp, cnt + r0, yp);
-      }
-    }
+  const size_t kx = l.q.kx, kw = l.kw, rows = pixels * kx, panel_words = l.taps * l.kc * kLqNr;
+  s.counts.resize(rows * kw * kLqNr);
+  int32_t* counts = s.counts.data();
+  for (size_t blk = b0; blk < b1; ++blk) {
+    const uint64_t* panels = l.panels.data() + blk * kw * panel_words;
+    for (size_t r0 = 0; r0 < rows; r0 += k.mr_max)
+      k.gemm(min_size(k.mr_max, rows - r0), l.kc, l.taps, a + r0, rows, panels, kw, panel_words,
+             counts + r0 * kw * kLqNr);
+    k.combine(pixels, kx, kw, counts, cnt, l.coef.data() + blk * kw * kx * kLqNr, ytile + (blk - b0) * kLqNr, stride);
+  }
 }
 
 // y[0..n) = act(t[0..n)); NaN where nan.
@@ -411,10 +404,9 @@ void lq_gemm(const LqLayer& l, const float* x, size_t m, float* y, const Activat
       s.ensure_ytile(pix * stride);
       l.k->encode(x + m0 * l.n, pix, l.n, l.q, words, s.planes.data(), s.cnt.data(), s.nan.data());
       for (size_t r = 0; r < rows; ++r) s.ptrs[r] = s.planes.data() + r * words;
-      s.offsets(rows, kx, stride);
       float* tile = s.ytile.data();
       for (size_t p = 0; p < pix; ++p) std::memcpy(tile + p * stride, l.base.data() + b0 * kLqNr, stride * sizeof(float));
-      run_panels(l, b0, b1, rows, s.ptrs.data(), s.cnt.data(), tile, s);
+      run_blocks(l, b0, b1, pix, s.ptrs.data(), s.cnt.data(), tile, stride, s);
       const size_t o0 = b0 * kLqNr, o1 = min_size(l.o, b1 * kLqNr);
       for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, o1 - o0, y + (m0 + p) * l.o + o0, act, s.nan[p]);
     }
@@ -463,10 +455,8 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
       s.ptrs.resize(taps * rows);
       s.cnt.assign(rows, 0);
       s.nan.assign(pix, 0);
-      s.border.assign(pix, 0);
       s.valid.resize(pix * taps);
       s.ensure_ytile(pix * stride);
-      s.offsets(rows, kx, stride);
       float* tile = s.ytile.data();
       const uint64_t** ptrs = s.ptrs.data();
       uint8_t* valid = s.valid.data();
@@ -524,7 +514,7 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
             trow[oc] = static_cast<float>(offset * ws + l.bias[oc]);
           }
       }
-      run_panels(l, 0, l.blocks, rows, s.ptrs.data(), s.cnt.data(), tile, s);
+      run_blocks(l, 0, l.blocks, pix, s.ptrs.data(), s.cnt.data(), tile, stride, s);
       for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, l.o, y + (p0 + p) * l.o, act, s.nan[p]);
     }
   }, Partition::Static);

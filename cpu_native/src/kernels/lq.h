@@ -14,7 +14,9 @@
 // Layout (one for every ISA): the reduction is cut into 64-bit words; weights are packed in panels
 // of kLqNr = 8 output channels, one panel per (channel block, plane j), word-major:
 // panel[word][lane]. A microkernel ANDs one x word (broadcast) with a panel's 8 lanes and keeps
-// per-lane popcount sums, for mr x-rows (an x-row = one plane of one input row / output pixel).
+// per-lane popcount sums, for mr x-rows (an x-row = one plane of one input row / output pixel) and
+// the kw panels of a block, and writes integer counts; a combine kernel turns a pixel's counts into
+// the fp32 sum, in an order that does not depend on the tiling.
 // The convolution reads its x-rows through an indirection (a pointer per tap, to the input
 // pixel's encoded plane, or to zeros for padded taps), the GEMM is the one-tap case.
 #pragma once
@@ -34,12 +36,18 @@ constexpr size_t kLqNr = 8;  // output channels per weight panel (the microkerne
 // Which popcount microkernel family runs.
 enum class LqVariant { Scalar, Avx2, Avx512Bw, Avx512Vpopcnt, Neon };
 
-// The bitwise microkernel: for r < mr and lane l < 8:
-//   P = sum over taps t, words k < kc of popcount(a[t*a_stride + r][k] & w[(t*kc + k)*8 + l])
-//   y[r][l] = fma(coef[r][l], float(2*P - cnt[r]), y[r][l])   (in r order: rows may share y)
-// mr <= the variant's mr_max. a pointers need kc readable words.
+// The bitwise microkernel: for x-rows r < mr, panels j < np (panel j at w + j*panel_stride) and
+// lanes l < 8:
+//   c[(r*np + j)*8 + l] = sum over taps t, words k < kc of popcount(a[t*a_stride + r][k] & panel_j[(t*kc + k)*8 + l])
+// mr <= the variant's mr_max. The a pointers need kc readable words.
 using LqUkernel = void (*)(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
-                           const uint64_t* w, const float* const* coef, const int32_t* cnt, float* const* y);
+                           const uint64_t* w, size_t np, size_t panel_stride, int32_t* c);
+
+// The combination, per pixel p < pixels (its kx x-rows p*kx + i, counts from the microkernel with
+// np = kw), in this order on every variant (fused multiply-adds, so every variant gives the same bits):
+//   for j < kw: for i < kx: y[p*y_stride + l] = fma(coef[(j*kx + i)*8 + l], float(2*c[((p*kx + i)*kw + j)*8 + l] - cnt[p*kx + i]), y[...])
+using LqCombineUkernel = void (*)(size_t pixels, size_t kx, size_t kw, const int32_t* c, const int32_t* cnt,
+                                  const float* coef, float* y, size_t y_stride);
 
 // The encoder, `rows` rows of n contiguous values: row r -> kx planes of `words` uint64 (bits past n
 // zero) at planes + r*kx*words, their popcounts at cnt + r*kx, nan[r] = 1 if the row has a NaN.
@@ -57,6 +65,7 @@ struct LqKernels {
   LqVariant variant;
   size_t mr_max;
   LqUkernel gemm;
+  LqCombineUkernel combine;
   LqEncodeUkernel encode;
   const char* gemm_name;
   const char* encode_name;

@@ -29,61 +29,75 @@ namespace {
 
 template <size_t MR>
 EDGESDK_LQ_AVX2 void lq_gemm_avx2_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
-                                     const uint64_t* w, const float* const* coef, const int32_t* cnt,
-                                     float* const* y) {
+                                     const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2,
                                        2, 3, 2, 3, 3, 4);
   const __m256i m4 = _mm256_set1_epi8(0x0f);
-  __m256i acc8[MR][2], acc64[MR][2];
-  for (size_t r = 0; r < MR; ++r)
-    for (size_t h = 0; h < 2; ++h) acc8[r][h] = acc64[r][h] = _mm256_setzero_si256();
-  unsigned left = 31;
-  for (size_t t = 0; t < taps; ++t) {
-    const uint64_t* ap[MR];
-    for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
-    for (size_t k = 0; k < kc; ++k, w += 8) {
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 4));
-      for (size_t r = 0; r < MR; ++r) {
-        const __m256i xv = _mm256_set1_epi64x(static_cast<long long>(ap[r][k]));
-        const __m256i v0 = _mm256_and_si256(xv, w0), v1 = _mm256_and_si256(xv, w1);
-        const __m256i c0 = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v0, m4)),
-                                           _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4)));
-        const __m256i c1 = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v1, m4)),
-                                           _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4)));
-        acc8[r][0] = _mm256_add_epi8(acc8[r][0], c0);
-        acc8[r][1] = _mm256_add_epi8(acc8[r][1], c1);
-      }
-      if (--left == 0) {
-        left = 31;
-        for (size_t r = 0; r < MR; ++r)
-          for (size_t h = 0; h < 2; ++h) {
-            acc64[r][h] = _mm256_add_epi64(acc64[r][h], _mm256_sad_epu8(acc8[r][h], _mm256_setzero_si256()));
-            acc8[r][h] = _mm256_setzero_si256();
-          }
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  for (size_t j = 0; j < np; ++j) {
+    const uint64_t* wp = w + j * panel_stride;
+    __m256i acc8[MR][2], acc64[MR][2];
+    for (size_t r = 0; r < MR; ++r)
+      for (size_t h = 0; h < 2; ++h) acc8[r][h] = acc64[r][h] = _mm256_setzero_si256();
+    unsigned left = 31;
+    for (size_t t = 0; t < taps; ++t) {
+      const uint64_t* ap[MR];
+      for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
+      for (size_t k = 0; k < kc; ++k, wp += 8) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 4));
+        for (size_t r = 0; r < MR; ++r) {
+          const __m256i xv = _mm256_set1_epi64x(static_cast<long long>(ap[r][k]));
+          const __m256i v0 = _mm256_and_si256(xv, w0), v1 = _mm256_and_si256(xv, w1);
+          const __m256i c0 = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v0, m4)),
+                                             _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4)));
+          const __m256i c1 = _mm256_add_epi8(_mm256_shuffle_epi8(lut, _mm256_and_si256(v1, m4)),
+                                             _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4)));
+          acc8[r][0] = _mm256_add_epi8(acc8[r][0], c0);
+          acc8[r][1] = _mm256_add_epi8(acc8[r][1], c1);
+        }
+        if (--left == 0) {
+          left = 31;
+          for (size_t r = 0; r < MR; ++r)
+            for (size_t h = 0; h < 2; ++h) {
+              acc64[r][h] = _mm256_add_epi64(acc64[r][h], _mm256_sad_epu8(acc8[r][h], _mm256_setzero_si256()));
+              acc8[r][h] = _mm256_setzero_si256();
+            }
+        }
       }
     }
-  }
-  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-  for (size_t r = 0; r < MR; ++r) {
-    const __m256i s0 = _mm256_add_epi64(acc64[r][0], _mm256_sad_epu8(acc8[r][0], _mm256_setzero_si256()));
-    const __m256i s1 = _mm256_add_epi64(acc64[r][1], _mm256_sad_epu8(acc8[r][1], _mm256_setzero_si256()));
-    const __m256i c32 = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(s0, even),
-                                           _mm256_permutevar8x32_epi32(s1, even), 0xF0);
-    const __m256i d = _mm256_sub_epi32(_mm256_add_epi32(c32, c32), _mm256_set1_epi32(cnt[r]));
-    const __m256 yv = _mm256_fmadd_ps(_mm256_loadu_ps(coef[r]), _mm256_cvtepi32_ps(d), _mm256_loadu_ps(y[r]));
-    _mm256_storeu_ps(y[r], yv);
+    for (size_t r = 0; r < MR; ++r) {
+      const __m256i s0 = _mm256_add_epi64(acc64[r][0], _mm256_sad_epu8(acc8[r][0], _mm256_setzero_si256()));
+      const __m256i s1 = _mm256_add_epi64(acc64[r][1], _mm256_sad_epu8(acc8[r][1], _mm256_setzero_si256()));
+      const __m256i c32 = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(s0, even),
+                                             _mm256_permutevar8x32_epi32(s1, even), 0xF0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + (r * np + j) * 8), c32);
+    }
   }
 }
 
 EDGESDK_LQ_AVX2 void lq_gemm_4x8__avx2(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
-                                       const uint64_t* w, const float* const* coef, const int32_t* cnt,
-                                       float* const* y) {
+                                       const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   switch (mr) {
-    case 1: lq_gemm_avx2_mr<1>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 2: lq_gemm_avx2_mr<2>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 3: lq_gemm_avx2_mr<3>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    default: lq_gemm_avx2_mr<4>(kc, taps, a, a_stride, w, coef, cnt, y); break;
+    case 1: lq_gemm_avx2_mr<1>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 2: lq_gemm_avx2_mr<2>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 3: lq_gemm_avx2_mr<3>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    default: lq_gemm_avx2_mr<4>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+  }
+}
+
+// The combination (every x86 variant: 8 lanes are one ymm).
+EDGESDK_LQ_AVX2 void lq_combine_8__avx2(size_t pixels, size_t kx, size_t kw, const int32_t* c, const int32_t* cnt,
+                                        const float* coef, float* y, size_t y_stride) {
+  for (size_t p = 0; p < pixels; ++p, y += y_stride, c += kx * kw * 8, cnt += kx) {
+    __m256 acc = _mm256_loadu_ps(y);
+    for (size_t j = 0; j < kw; ++j)
+      for (size_t i = 0; i < kx; ++i) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + (i * kw + j) * 8));
+        const __m256i d = _mm256_sub_epi32(_mm256_add_epi32(v, v), _mm256_set1_epi32(cnt[i]));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(coef + (j * kx + i) * 8), _mm256_cvtepi32_ps(d), acc);
+      }
+    _mm256_storeu_ps(y, acc);
   }
 }
 
@@ -92,90 +106,100 @@ EDGESDK_LQ_AVX2 void lq_gemm_4x8__avx2(size_t mr, size_t kc, size_t taps, const 
 
 template <size_t MR>
 EDGESDK_LQ_SKX void lq_gemm_skx_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
-                                   const uint64_t* w, const float* const* coef, const int32_t* cnt, float* const* y) {
+                                   const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4));
   const __m512i m4 = _mm512_set1_epi8(0x0f);
-  __m512i acc8[MR], acc64[MR];
-  for (size_t r = 0; r < MR; ++r) acc8[r] = acc64[r] = _mm512_setzero_si512();
-  unsigned left = 31;
-  for (size_t t = 0; t < taps; ++t) {
-    const uint64_t* ap[MR];
-    for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
-    for (size_t k = 0; k < kc; ++k, w += 8) {
-      const __m512i wv = _mm512_loadu_si512(w);
-      for (size_t r = 0; r < MR; ++r) {
-        const __m512i v = _mm512_and_si512(_mm512_set1_epi64(static_cast<long long>(ap[r][k])), wv);
-        const __m512i c = _mm512_add_epi8(_mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)),
-                                          _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
-        acc8[r] = _mm512_add_epi8(acc8[r], c);
-      }
-      if (--left == 0) {
-        left = 31;
+  for (size_t j = 0; j < np; ++j) {
+    const uint64_t* wp = w + j * panel_stride;
+    __m512i acc8[MR], acc64[MR];
+    for (size_t r = 0; r < MR; ++r) acc8[r] = acc64[r] = _mm512_setzero_si512();
+    unsigned left = 31;
+    for (size_t t = 0; t < taps; ++t) {
+      const uint64_t* ap[MR];
+      for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
+      for (size_t k = 0; k < kc; ++k, wp += 8) {
+        const __m512i wv = _mm512_loadu_si512(wp);
         for (size_t r = 0; r < MR; ++r) {
-          acc64[r] = _mm512_add_epi64(acc64[r], _mm512_sad_epu8(acc8[r], _mm512_setzero_si512()));
-          acc8[r] = _mm512_setzero_si512();
+          const __m512i v = _mm512_and_si512(_mm512_set1_epi64(static_cast<long long>(ap[r][k])), wv);
+          const __m512i cv = _mm512_add_epi8(_mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)),
+                                             _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
+          acc8[r] = _mm512_add_epi8(acc8[r], cv);
+        }
+        if (--left == 0) {
+          left = 31;
+          for (size_t r = 0; r < MR; ++r) {
+            acc64[r] = _mm512_add_epi64(acc64[r], _mm512_sad_epu8(acc8[r], _mm512_setzero_si512()));
+            acc8[r] = _mm512_setzero_si512();
+          }
         }
       }
     }
-  }
-  for (size_t r = 0; r < MR; ++r) {
-    const __m512i s = _mm512_add_epi64(acc64[r], _mm512_sad_epu8(acc8[r], _mm512_setzero_si512()));
-    const __m256i c32 = _mm512_cvtepi64_epi32(s);
-    const __m256i d = _mm256_sub_epi32(_mm256_add_epi32(c32, c32), _mm256_set1_epi32(cnt[r]));
-    _mm256_storeu_ps(y[r], _mm256_fmadd_ps(_mm256_loadu_ps(coef[r]), _mm256_cvtepi32_ps(d), _mm256_loadu_ps(y[r])));
+    for (size_t r = 0; r < MR; ++r) {
+      const __m512i sum = _mm512_add_epi64(acc64[r], _mm512_sad_epu8(acc8[r], _mm512_setzero_si512()));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + (r * np + j) * 8), _mm512_cvtepi64_epi32(sum));
+    }
   }
 }
 
 EDGESDK_LQ_SKX void lq_gemm_8x8__avx512skx(size_t mr, size_t kc, size_t taps, const uint64_t* const* a,
-                                          size_t a_stride, const uint64_t* w, const float* const* coef,
-                                          const int32_t* cnt, float* const* y) {
+                                          size_t a_stride, const uint64_t* w, size_t np, size_t panel_stride,
+                                          int32_t* c) {
   switch (mr) {
-    case 1: lq_gemm_skx_mr<1>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 2: lq_gemm_skx_mr<2>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 3: lq_gemm_skx_mr<3>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 4: lq_gemm_skx_mr<4>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 5: lq_gemm_skx_mr<5>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 6: lq_gemm_skx_mr<6>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 7: lq_gemm_skx_mr<7>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    default: lq_gemm_skx_mr<8>(kc, taps, a, a_stride, w, coef, cnt, y); break;
+    case 1: lq_gemm_skx_mr<1>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 2: lq_gemm_skx_mr<2>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 3: lq_gemm_skx_mr<3>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 4: lq_gemm_skx_mr<4>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 5: lq_gemm_skx_mr<5>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 6: lq_gemm_skx_mr<6>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 7: lq_gemm_skx_mr<7>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    default: lq_gemm_skx_mr<8>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
   }
 }
 
 template <size_t MR>
 EDGESDK_LQ_VPOPCNT void lq_gemm_vpopcnt_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
-                                           const uint64_t* w, const float* const* coef, const int32_t* cnt,
-                                           float* const* y) {
-  __m512i acc[MR];
-  for (size_t r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
-  for (size_t t = 0; t < taps; ++t) {
-    const uint64_t* ap[MR];
-    for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
-    for (size_t k = 0; k < kc; ++k, w += 8) {
-      const __m512i wv = _mm512_loadu_si512(w);
-      for (size_t r = 0; r < MR; ++r)
-        acc[r] = _mm512_add_epi64(
-            acc[r], _mm512_popcnt_epi64(_mm512_and_si512(_mm512_set1_epi64(static_cast<long long>(ap[r][k])), wv)));
+                                           const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
+  for (size_t j = 0; j < np; ++j) {
+    const uint64_t* wp = w + j * panel_stride;
+    __m512i acc[MR];
+    for (size_t r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
+    if (kc == 1) {  // convolutions of up to 64 channels: one word a tap
+      for (size_t t = 0; t < taps; ++t, wp += 8) {
+        const __m512i wv = _mm512_loadu_si512(wp);
+        const uint64_t* const* at = a + t * a_stride;
+        for (size_t r = 0; r < MR; ++r)
+          acc[r] = _mm512_add_epi64(
+              acc[r], _mm512_popcnt_epi64(_mm512_and_si512(_mm512_set1_epi64(static_cast<long long>(*at[r])), wv)));
+      }
+    } else {
+      for (size_t t = 0; t < taps; ++t) {
+        const uint64_t* ap[MR];
+        for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
+        for (size_t k = 0; k < kc; ++k, wp += 8) {
+          const __m512i wv = _mm512_loadu_si512(wp);
+          for (size_t r = 0; r < MR; ++r)
+            acc[r] = _mm512_add_epi64(
+                acc[r], _mm512_popcnt_epi64(_mm512_and_si512(_mm512_set1_epi64(static_cast<long long>(ap[r][k])), wv)));
+        }
+      }
     }
-  }
-  for (size_t r = 0; r < MR; ++r) {
-    const __m256i c32 = _mm512_cvtepi64_epi32(acc[r]);
-    const __m256i d = _mm256_sub_epi32(_mm256_add_epi32(c32, c32), _mm256_set1_epi32(cnt[r]));
-    _mm256_storeu_ps(y[r], _mm256_fmadd_ps(_mm256_loadu_ps(coef[r]), _mm256_cvtepi32_ps(d), _mm256_loadu_ps(y[r])));
+    for (size_t r = 0; r < MR; ++r)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + (r * np + j) * 8), _mm512_cvtepi64_epi32(acc[r]));
   }
 }
 
 EDGESDK_LQ_VPOPCNT void lq_gemm_8x8__avx512vpopcnt(size_t mr, size_t kc, size_t taps, const uint64_t* const* a,
-                                                  size_t a_stride, const uint64_t* w, const float* const* coef,
-                                                  const int32_t* cnt, float* const* y) {
+                                                  size_t a_stride, const uint64_t* w, size_t np, size_t panel_stride,
+                                                  int32_t* c) {
   switch (mr) {
-    case 1: lq_gemm_vpopcnt_mr<1>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 2: lq_gemm_vpopcnt_mr<2>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 3: lq_gemm_vpopcnt_mr<3>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 4: lq_gemm_vpopcnt_mr<4>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 5: lq_gemm_vpopcnt_mr<5>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 6: lq_gemm_vpopcnt_mr<6>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    case 7: lq_gemm_vpopcnt_mr<7>(kc, taps, a, a_stride, w, coef, cnt, y); break;
-    default: lq_gemm_vpopcnt_mr<8>(kc, taps, a, a_stride, w, coef, cnt, y); break;
+    case 1: lq_gemm_vpopcnt_mr<1>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 2: lq_gemm_vpopcnt_mr<2>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 3: lq_gemm_vpopcnt_mr<3>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 4: lq_gemm_vpopcnt_mr<4>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 5: lq_gemm_vpopcnt_mr<5>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 6: lq_gemm_vpopcnt_mr<6>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 7: lq_gemm_vpopcnt_mr<7>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    default: lq_gemm_vpopcnt_mr<8>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
   }
 }
 
@@ -263,11 +287,12 @@ EDGESDK_LQ_SKX void lq_encode_16x__avx512skx(const float* x, size_t rows, size_t
   }
 }
 
-const LqKernels kLqAvx2{LqVariant::Avx2, 4, lq_gemm_4x8__avx2, lq_encode_8x__avx2, "b1_lqgemm_4x8__avx2",
+const LqKernels kLqAvx2{LqVariant::Avx2, 4, lq_gemm_4x8__avx2, lq_combine_8__avx2, lq_encode_8x__avx2, "b1_lqgemm_4x8__avx2",
                         "f32_lqencode_8x__avx2"};
-const LqKernels kLqAvx512Bw{LqVariant::Avx512Bw, 8, lq_gemm_8x8__avx512skx, lq_encode_16x__avx512skx,
+const LqKernels kLqAvx512Bw{LqVariant::Avx512Bw, 8, lq_gemm_8x8__avx512skx, lq_combine_8__avx2, lq_encode_16x__avx512skx,
                             "b1_lqgemm_8x8__avx512skx", "f32_lqencode_16x__avx512skx"};
-const LqKernels kLqAvx512Vpopcnt{LqVariant::Avx512Vpopcnt, 8, lq_gemm_8x8__avx512vpopcnt, lq_encode_16x__avx512skx,
+const LqKernels kLqAvx512Vpopcnt{LqVariant::Avx512Vpopcnt, 8, lq_gemm_8x8__avx512vpopcnt, lq_combine_8__avx2,
+                                 lq_encode_16x__avx512skx,
                                  "b1_lqgemm_8x8__avx512vpopcnt", "f32_lqencode_16x__avx512skx"};
 
 }  // namespace
