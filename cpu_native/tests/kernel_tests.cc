@@ -2741,14 +2741,17 @@ void test_lq(const KernelTable& t) {
       for (size_t kc : {1, 2, 3, 13, 40})
         for (size_t taps : {1, 3, 9}) {
           const size_t np = 1 + (mr + kc) % 3, pstride = taps * kc * kLqNr + 8 * (kc % 2);
+          // Each x-row reads its taps at shuffled word offsets of its own buffer.
           std::vector<uint64_t> words(taps * mr * kc), w(np * pstride);
           for (auto& x : words) x = (static_cast<uint64_t>(rng()) << 32) | rng();
           for (auto& x : w) x = (static_cast<uint64_t>(rng()) << 32) | rng();
-          std::vector<const uint64_t*> a(taps * mr);
-          for (size_t i = 0; i < a.size(); ++i) a[i] = words.data() + i * kc;
+          std::vector<const uint64_t*> a(mr);
+          for (size_t r = 0; r < mr; ++r) a[r] = words.data() + r * taps * kc;
+          std::vector<ptrdiff_t> tap_off(taps);
+          for (size_t t = 0; t < taps; ++t) tap_off[t] = static_cast<ptrdiff_t>(((t * 5 + 2) % taps) * kc);
           std::vector<int32_t> c1(mr * np * kLqNr, -1), c2(mr * np * kLqNr, -2);
-          ref.gemm(mr, kc, taps, a.data(), mr, w.data(), np, pstride, c1.data());
-          k.gemm(mr, kc, taps, a.data(), mr, w.data(), np, pstride, c2.data());
+          ref.gemm(mr, kc, taps, a.data(), tap_off.data(), w.data(), np, pstride, c1.data());
+          k.gemm(mr, kc, taps, a.data(), tap_off.data(), w.data(), np, pstride, c2.data());
           expect(c1 == c2, "ukernel mr=" + std::to_string(mr) + " kc=" + std::to_string(kc) + " taps=" +
                                std::to_string(taps) + " np=" + std::to_string(np));
         }

@@ -33,13 +33,13 @@ inline int popcount64(uint64_t v) { return __builtin_popcountll(v); }
 // ---------------------------------------------------------------------------------------------
 // Scalar references.
 
-void lq_gemm_4x8__scalar(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
+void lq_gemm_4x8__scalar(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off,
                          const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   for (size_t r = 0; r < mr; ++r)
     for (size_t j = 0; j < np; ++j) {
       int64_t acc[kLqNr] = {};
       for (size_t t = 0; t < taps; ++t) {
-        const uint64_t* ap = a[t * a_stride + r];
+        const uint64_t* ap = a[r] + tap_off[t];
         const uint64_t* wp = w + j * panel_stride + t * kc * kLqNr;
         for (size_t k = 0; k < kc; ++k)
           for (size_t l = 0; l < kLqNr; ++l) acc[l] += popcount64(ap[k] & wp[k * kLqNr + l]);
@@ -343,8 +343,8 @@ struct Scratch {
 
 // Every block of [b0, b1) over the x-rows of `pixels` pixels (pointers a[t*rows + r]): the counts
 // of all kw panels, mr rows at a time, then the combination into ytile[p*stride + (blk - b0)*8].
-void run_blocks(const LqLayer& l, size_t b0, size_t b1, size_t pixels, const uint64_t* const* a, const int32_t* cnt,
-                float* ytile, size_t stride, Scratch& s) {
+void run_blocks(const LqLayer& l, size_t b0, size_t b1, size_t pixels, const uint64_t* const* a,
+                const ptrdiff_t* tap_off, const int32_t* cnt, float* ytile, size_t stride, Scratch& s) {
   const LqKernels& k = *l.k;
   const size_t kx = l.q.kx, kw = l.kw, rows = pixels * kx, panel_words = l.taps * l.kc * kLqNr;
   s.counts.resize(rows * kw * kLqNr);
@@ -352,7 +352,7 @@ void run_blocks(const LqLayer& l, size_t b0, size_t b1, size_t pixels, const uin
   for (size_t blk = b0; blk < b1; ++blk) {
     const uint64_t* panels = l.panels.data() + blk * kw * panel_words;
     for (size_t r0 = 0; r0 < rows; r0 += k.mr_max)
-      k.gemm(min_size(k.mr_max, rows - r0), l.kc, l.taps, a + r0, rows, panels, kw, panel_words,
+      k.gemm(min_size(k.mr_max, rows - r0), l.kc, l.taps, a + r0, tap_off, panels, kw, panel_words,
              counts + r0 * kw * kLqNr);
     k.combine(pixels, kx, kw, counts, cnt, l.coef.data() + blk * kw * kx * kLqNr, ytile + (blk - b0) * kLqNr, stride);
   }
@@ -406,7 +406,8 @@ void lq_gemm(const LqLayer& l, const float* x, size_t m, float* y, const Activat
       for (size_t r = 0; r < rows; ++r) s.ptrs[r] = s.planes.data() + r * words;
       float* tile = s.ytile.data();
       for (size_t p = 0; p < pix; ++p) std::memcpy(tile + p * stride, l.base.data() + b0 * kLqNr, stride * sizeof(float));
-      run_blocks(l, b0, b1, pix, s.ptrs.data(), s.cnt.data(), tile, stride, s);
+      static const ptrdiff_t kNoOffset = 0;
+      run_blocks(l, b0, b1, pix, s.ptrs.data(), &kNoOffset, s.cnt.data(), tile, stride, s);
       const size_t o0 = b0 * kLqNr, o1 = min_size(l.o, b1 * kLqNr);
       for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, o1 - o0, y + (m0 + p) * l.o + o0, act, s.nan[p]);
     }
@@ -424,26 +425,34 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
   const size_t kx = l.q.kx, kc = l.kc, c = l.n / l.taps, taps = l.taps, pw = kx * kc;
   const size_t oh = lq_conv_out(h, g.kh, g.stride_h, g.dil_h, g.pad_top, g.pad_bottom);
   const size_t ow = lq_conv_out(w, g.kw, g.stride_w, g.dil_w, g.pad_left, g.pad_right);
-  const size_t in_pix = b * h * w, out_pix = b * oh * ow;
+  const size_t out_pix = b * oh * ow;
   if (out_pix == 0) return;
-  // Encode every input pixel once: kx planes of kc words, their popcounts, a NaN flag.
-  AlignedBuffer<uint64_t> enc(in_pix * pw + pw);
-  uint64_t* zero = enc.data() + in_pix * pw;
-  std::memset(zero, 0, pw * sizeof(uint64_t));
-  std::vector<int32_t> pcnt(in_pix * kx);
-  std::vector<uint8_t> pnan(in_pix);
-  constexpr size_t kEncodeChunk = 256;
-  parallel_for(div_up(in_pix, kEncodeChunk), threads, [&](size_t begin, size_t end) {
-    const size_t p0 = begin * kEncodeChunk, p1 = min_size(in_pix, end * kEncodeChunk);
-    l.k->encode(x + p0 * c, p1 - p0, c, l.q, kc, enc.data() + p0 * pw, pcnt.data() + p0 * kx, pnan.data() + p0);
+  // Encode every input pixel once into a zero-padded grid (padded taps read zero planes, count 0):
+  // kx planes of kc words per pixel, their popcounts, a NaN flag.
+  const size_t hp = h + g.pad_top + g.pad_bottom, wp = w + g.pad_left + g.pad_right, pad_pix = b * hp * wp;
+  AlignedBuffer<uint64_t> enc(pad_pix * pw);
+  std::vector<int32_t> pcnt(pad_pix * kx, 0);
+  std::vector<uint8_t> pnan(pad_pix, 0);
+  const bool padded = hp != h || wp != w;
+  if (padded) std::memset(enc.data(), 0, pad_pix * pw * sizeof(uint64_t));
+  parallel_for(b * h, threads, [&](size_t begin, size_t end) {
+    for (size_t row = begin; row < end; ++row) {  // one input row of w pixels a call
+      const size_t bi = row / h, iy = row % h;
+      const size_t q0 = (bi * hp + iy + g.pad_top) * wp + g.pad_left;
+      l.k->encode(x + row * w * c, w, c, l.q, kc, enc.data() + q0 * pw, pcnt.data() + q0 * kx, pnan.data() + q0);
+    }
   }, Partition::Static);
-  // Per tap: the input pixel offset from the window's corner.
-  std::vector<ptrdiff_t> tap_off(taps), tap_dy(taps), tap_dx(taps);
+  // Per tap: the word offset from the window's corner (and the row / column offsets, for the
+  // border pixels' weight sums).
+  std::vector<ptrdiff_t> tap_off(taps), tap_pix(taps);
+  std::vector<size_t> tap_dy(taps), tap_dx(taps);
   for (size_t ty = 0; ty < g.kh; ++ty)
     for (size_t tx = 0; tx < g.kw; ++tx) {
-      tap_off[ty * g.kw + tx] = static_cast<ptrdiff_t>(ty * g.dil_h * w + tx * g.dil_w);
-      tap_dy[ty * g.kw + tx] = static_cast<ptrdiff_t>(ty * g.dil_h);
-      tap_dx[ty * g.kw + tx] = static_cast<ptrdiff_t>(tx * g.dil_w);
+      const size_t t = ty * g.kw + tx;
+      tap_pix[t] = static_cast<ptrdiff_t>(ty * g.dil_h * wp + tx * g.dil_w);
+      tap_off[t] = tap_pix[t] * static_cast<ptrdiff_t>(pw);
+      tap_dy[t] = ty * g.dil_h;
+      tap_dx[t] = tx * g.dil_w;
     }
   const size_t stride = l.blocks * kLqNr;
   const size_t chunk = max_size(8, min_size(64, 16384 / stride));  // output pixels per task
@@ -452,69 +461,44 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
     Scratch s;
     for (size_t task = begin; task < end; ++task) {
       const size_t p0 = task * chunk, pix = min_size(out_pix, p0 + chunk) - p0, rows = pix * kx;
-      s.ptrs.resize(taps * rows);
-      s.cnt.assign(rows, 0);
-      s.nan.assign(pix, 0);
-      s.valid.resize(pix * taps);
+      s.ptrs.resize(rows);
+      s.cnt.resize(rows);
+      s.nan.resize(pix);
       s.ensure_ytile(pix * stride);
       float* tile = s.ytile.data();
-      const uint64_t** ptrs = s.ptrs.data();
-      uint8_t* valid = s.valid.data();
-      int32_t* cntp = s.cnt.data();
-      const uint64_t* encp = enc.data();
-      const int32_t* pcntp = pcnt.data();
-      const uint8_t* pnanp = pnan.data();
-      const ptrdiff_t* toff = tap_off.data();
       size_t bi = p0 / (oh * ow), oy = (p0 / ow) % oh, ox = p0 % ow;  // stepped along (no division per pixel)
       for (size_t p = 0; p < pix; ++p, ++ox) {
         if (ox == ow) {
           ox = 0;
           if (++oy == oh) oy = 0, ++bi;
         }
-        const ptrdiff_t y0 = static_cast<ptrdiff_t>(oy * g.stride_h) - static_cast<ptrdiff_t>(g.pad_top);
-        const ptrdiff_t x0 = static_cast<ptrdiff_t>(ox * g.stride_w) - static_cast<ptrdiff_t>(g.pad_left);
-        const bool inside = y0 >= 0 && x0 >= 0 && y0 + static_cast<ptrdiff_t>(g.dil_h * (g.kh - 1)) < static_cast<ptrdiff_t>(h) &&
-                            x0 + static_cast<ptrdiff_t>(g.dil_w * (g.kw - 1)) < static_cast<ptrdiff_t>(w);
-        const ptrdiff_t corner = (static_cast<ptrdiff_t>(bi * h) + y0) * static_cast<ptrdiff_t>(w) + x0;
-        // Raw pointers and local sums: stores through the pointer table must not make the compiler
-        // reload everything per tap.
-        int32_t csum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const size_t py = oy * g.stride_h, px = ox * g.stride_w;  // the window's corner, padded coordinates
+        const size_t corner = (bi * hp + py) * wp + px;
         uint8_t nan = 0;
-        const uint64_t** pt = ptrs + p * kx;
-        uint8_t* vp = valid + p * taps;
-        for (size_t t = 0; t < taps; ++t, pt += rows) {
-          bool ok = inside;
-          if (!inside) {
-            const ptrdiff_t iy = y0 + tap_dy[t], ix = x0 + tap_dx[t];
-            ok = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h) && ix < static_cast<ptrdiff_t>(w);
-            vp[t] = ok;
-          }
-          if (ok) {
-            const size_t ip = static_cast<size_t>(corner + toff[t]);
-            const uint64_t* base = encp + ip * pw;
-            const int32_t* pc = pcntp + ip * kx;
-            for (size_t i = 0; i < kx; ++i) {
-              pt[i] = base + i * kc;
-              csum[i] += pc[i];
-            }
-            nan |= pnanp[ip];
-          } else {
-            for (size_t i = 0; i < kx; ++i) pt[i] = zero;
-          }
-        }
-        for (size_t i = 0; i < kx; ++i) cntp[p * kx + i] = csum[i];
+        for (size_t t = 0; t < taps; ++t) nan |= pnan[corner + static_cast<size_t>(tap_pix[t])];
         s.nan[p] = nan;
+        for (size_t i = 0; i < kx; ++i) {
+          s.ptrs[p * kx + i] = enc.data() + corner * pw + i * kc;
+          int32_t sum = 0;
+          for (size_t t = 0; t < taps; ++t) sum += pcnt[(corner + static_cast<size_t>(tap_pix[t])) * kx + i];
+          s.cnt[p * kx + i] = sum;
+        }
         float* trow = tile + p * stride;
         std::memcpy(trow, l.base.data(), stride * sizeof(float));
+        const bool inside = py >= g.pad_top && px >= g.pad_left && py + g.dil_h * (g.kh - 1) < g.pad_top + h &&
+                            px + g.dil_w * (g.kw - 1) < g.pad_left + w;
         if (!inside && offset != 0.0)  // c * (the valid taps' weight sum) + bias
           for (size_t oc = 0; oc < l.o; ++oc) {
             double ws = 0.0;
-            for (size_t t = 0; t < taps; ++t)
-              if (valid[p * taps + t]) ws += l.wtap[oc * taps + t];
+            for (size_t t = 0; t < taps; ++t) {
+              const size_t iy = py + tap_dy[t], ix = px + tap_dx[t];
+              if (iy >= g.pad_top && iy < g.pad_top + h && ix >= g.pad_left && ix < g.pad_left + w)
+                ws += l.wtap[oc * taps + t];
+            }
             trow[oc] = static_cast<float>(offset * ws + l.bias[oc]);
           }
       }
-      run_blocks(l, 0, l.blocks, pix, s.ptrs.data(), s.cnt.data(), tile, stride, s);
+      run_blocks(l, 0, l.blocks, pix, s.ptrs.data(), tap_off.data(), s.cnt.data(), tile, stride, s);
       for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, l.o, y + (p0 + p) * l.o, act, s.nan[p]);
     }
   }, Partition::Static);

@@ -38,9 +38,11 @@ enum class LqVariant { Scalar, Avx2, Avx512Bw, Avx512Vpopcnt, Neon };
 
 // The bitwise microkernel: for x-rows r < mr, panels j < np (panel j at w + j*panel_stride) and
 // lanes l < 8:
-//   c[(r*np + j)*8 + l] = sum over taps t, words k < kc of popcount(a[t*a_stride + r][k] & panel_j[(t*kc + k)*8 + l])
-// mr <= the variant's mr_max. The a pointers need kc readable words.
-using LqUkernel = void (*)(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
+//   c[(r*np + j)*8 + l] = sum over taps t, words k < kc of popcount(a[r][tap_off[t] + k] & panel_j[(t*kc + k)*8 + l])
+// mr <= the variant's mr_max. An x-row is a base pointer plus a word offset per tap: the GEMM has one
+// tap at offset 0; the convolution reads a zero-padded encoded input, so every tap of every output
+// pixel is the pixel's window corner plus the tap's fixed offset (no per-pixel pointer table).
+using LqUkernel = void (*)(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off,
                            const uint64_t* w, size_t np, size_t panel_stride, int32_t* c);
 
 // The combination, per pixel p < pixels (its kx x-rows p*kx + i, counts from the microkernel with

@@ -7,7 +7,7 @@ namespace edgesdk::kernels {
 namespace {
 
 template <size_t MR>
-void lq_gemm_neon_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride, const uint64_t* w, size_t np,
+void lq_gemm_neon_mr(size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off, const uint64_t* w, size_t np,
                      size_t panel_stride, int32_t* c) {
   for (size_t j = 0; j < np; ++j) {
     const uint64_t* wp = w + j * panel_stride;
@@ -21,7 +21,7 @@ void lq_gemm_neon_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_
     unsigned left = 31;
     for (size_t t = 0; t < taps; ++t) {
       const uint64_t* ap[MR];
-      for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
+      for (size_t r = 0; r < MR; ++r) ap[r] = a[r] + tap_off[t];
       for (size_t k = 0; k < kc; ++k, wp += 8) {
         const uint64x2_t w0 = vld1q_u64(wp), w1 = vld1q_u64(wp + 2), w2 = vld1q_u64(wp + 4), w3 = vld1q_u64(wp + 6);
         for (size_t r = 0; r < MR; ++r) {
@@ -51,13 +51,13 @@ void lq_gemm_neon_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_
   }
 }
 
-void lq_gemm_4x8__neon(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
+void lq_gemm_4x8__neon(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off,
                        const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   switch (mr) {
-    case 1: lq_gemm_neon_mr<1>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 2: lq_gemm_neon_mr<2>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 3: lq_gemm_neon_mr<3>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    default: lq_gemm_neon_mr<4>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 1: lq_gemm_neon_mr<1>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 2: lq_gemm_neon_mr<2>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 3: lq_gemm_neon_mr<3>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    default: lq_gemm_neon_mr<4>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
   }
 }
 

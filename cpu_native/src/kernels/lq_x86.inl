@@ -28,7 +28,7 @@ namespace {
 // AVX2: 8 lanes = 2 ymm per x-row, up to 4 x-rows.
 
 template <size_t MR>
-EDGESDK_LQ_AVX2 void lq_gemm_avx2_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
+EDGESDK_LQ_AVX2 void lq_gemm_avx2_mr(size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off,
                                      const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   const __m256i lut = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2,
                                        2, 3, 2, 3, 3, 4);
@@ -42,7 +42,7 @@ EDGESDK_LQ_AVX2 void lq_gemm_avx2_mr(size_t kc, size_t taps, const uint64_t* con
     unsigned left = 31;
     for (size_t t = 0; t < taps; ++t) {
       const uint64_t* ap[MR];
-      for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
+      for (size_t r = 0; r < MR; ++r) ap[r] = a[r] + tap_off[t];
       for (size_t k = 0; k < kc; ++k, wp += 8) {
         const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp));
         const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 4));
@@ -76,13 +76,13 @@ EDGESDK_LQ_AVX2 void lq_gemm_avx2_mr(size_t kc, size_t taps, const uint64_t* con
   }
 }
 
-EDGESDK_LQ_AVX2 void lq_gemm_4x8__avx2(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
+EDGESDK_LQ_AVX2 void lq_gemm_4x8__avx2(size_t mr, size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off,
                                        const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   switch (mr) {
-    case 1: lq_gemm_avx2_mr<1>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 2: lq_gemm_avx2_mr<2>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 3: lq_gemm_avx2_mr<3>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    default: lq_gemm_avx2_mr<4>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 1: lq_gemm_avx2_mr<1>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 2: lq_gemm_avx2_mr<2>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 3: lq_gemm_avx2_mr<3>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    default: lq_gemm_avx2_mr<4>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
   }
 }
 
@@ -105,7 +105,7 @@ EDGESDK_LQ_AVX2 void lq_combine_8__avx2(size_t pixels, size_t kx, size_t kw, con
 // AVX-512: 8 lanes = 1 zmm per x-row, up to 8 x-rows.
 
 template <size_t MR>
-EDGESDK_LQ_SKX void lq_gemm_skx_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
+EDGESDK_LQ_SKX void lq_gemm_skx_mr(size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off,
                                    const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4));
   const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -116,7 +116,7 @@ EDGESDK_LQ_SKX void lq_gemm_skx_mr(size_t kc, size_t taps, const uint64_t* const
     unsigned left = 31;
     for (size_t t = 0; t < taps; ++t) {
       const uint64_t* ap[MR];
-      for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
+      for (size_t r = 0; r < MR; ++r) ap[r] = a[r] + tap_off[t];
       for (size_t k = 0; k < kc; ++k, wp += 8) {
         const __m512i wv = _mm512_loadu_si512(wp);
         for (size_t r = 0; r < MR; ++r) {
@@ -142,39 +142,41 @@ EDGESDK_LQ_SKX void lq_gemm_skx_mr(size_t kc, size_t taps, const uint64_t* const
 }
 
 EDGESDK_LQ_SKX void lq_gemm_8x8__avx512skx(size_t mr, size_t kc, size_t taps, const uint64_t* const* a,
-                                          size_t a_stride, const uint64_t* w, size_t np, size_t panel_stride,
+                                          const ptrdiff_t* tap_off, const uint64_t* w, size_t np, size_t panel_stride,
                                           int32_t* c) {
   switch (mr) {
-    case 1: lq_gemm_skx_mr<1>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 2: lq_gemm_skx_mr<2>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 3: lq_gemm_skx_mr<3>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 4: lq_gemm_skx_mr<4>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 5: lq_gemm_skx_mr<5>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 6: lq_gemm_skx_mr<6>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 7: lq_gemm_skx_mr<7>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    default: lq_gemm_skx_mr<8>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 1: lq_gemm_skx_mr<1>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 2: lq_gemm_skx_mr<2>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 3: lq_gemm_skx_mr<3>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 4: lq_gemm_skx_mr<4>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 5: lq_gemm_skx_mr<5>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 6: lq_gemm_skx_mr<6>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 7: lq_gemm_skx_mr<7>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    default: lq_gemm_skx_mr<8>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
   }
 }
 
 template <size_t MR>
-EDGESDK_LQ_VPOPCNT void lq_gemm_vpopcnt_mr(size_t kc, size_t taps, const uint64_t* const* a, size_t a_stride,
+EDGESDK_LQ_VPOPCNT void lq_gemm_vpopcnt_mr(size_t kc, size_t taps, const uint64_t* const* a, const ptrdiff_t* tap_off,
                                            const uint64_t* w, size_t np, size_t panel_stride, int32_t* c) {
   for (size_t j = 0; j < np; ++j) {
     const uint64_t* wp = w + j * panel_stride;
     __m512i acc[MR];
     for (size_t r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
     if (kc == 1) {  // convolutions of up to 64 channels: one word a tap
+      const uint64_t* ar[MR];
+      for (size_t r = 0; r < MR; ++r) ar[r] = a[r];
       for (size_t t = 0; t < taps; ++t, wp += 8) {
         const __m512i wv = _mm512_loadu_si512(wp);
-        const uint64_t* const* at = a + t * a_stride;
+        const ptrdiff_t off = tap_off[t];
         for (size_t r = 0; r < MR; ++r)
           acc[r] = _mm512_add_epi64(
-              acc[r], _mm512_popcnt_epi64(_mm512_and_si512(_mm512_set1_epi64(static_cast<long long>(*at[r])), wv)));
+              acc[r], _mm512_popcnt_epi64(_mm512_and_si512(_mm512_set1_epi64(static_cast<long long>(ar[r][off])), wv)));
       }
     } else {
       for (size_t t = 0; t < taps; ++t) {
         const uint64_t* ap[MR];
-        for (size_t r = 0; r < MR; ++r) ap[r] = a[t * a_stride + r];
+        for (size_t r = 0; r < MR; ++r) ap[r] = a[r] + tap_off[t];
         for (size_t k = 0; k < kc; ++k, wp += 8) {
           const __m512i wv = _mm512_loadu_si512(wp);
           for (size_t r = 0; r < MR; ++r)
@@ -189,17 +191,17 @@ EDGESDK_LQ_VPOPCNT void lq_gemm_vpopcnt_mr(size_t kc, size_t taps, const uint64_
 }
 
 EDGESDK_LQ_VPOPCNT void lq_gemm_8x8__avx512vpopcnt(size_t mr, size_t kc, size_t taps, const uint64_t* const* a,
-                                                  size_t a_stride, const uint64_t* w, size_t np, size_t panel_stride,
+                                                  const ptrdiff_t* tap_off, const uint64_t* w, size_t np, size_t panel_stride,
                                                   int32_t* c) {
   switch (mr) {
-    case 1: lq_gemm_vpopcnt_mr<1>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 2: lq_gemm_vpopcnt_mr<2>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 3: lq_gemm_vpopcnt_mr<3>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 4: lq_gemm_vpopcnt_mr<4>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 5: lq_gemm_vpopcnt_mr<5>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 6: lq_gemm_vpopcnt_mr<6>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    case 7: lq_gemm_vpopcnt_mr<7>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
-    default: lq_gemm_vpopcnt_mr<8>(kc, taps, a, a_stride, w, np, panel_stride, c); break;
+    case 1: lq_gemm_vpopcnt_mr<1>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 2: lq_gemm_vpopcnt_mr<2>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 3: lq_gemm_vpopcnt_mr<3>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 4: lq_gemm_vpopcnt_mr<4>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 5: lq_gemm_vpopcnt_mr<5>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 6: lq_gemm_vpopcnt_mr<6>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    case 7: lq_gemm_vpopcnt_mr<7>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
+    default: lq_gemm_vpopcnt_mr<8>(kc, taps, a, tap_off, w, np, panel_stride, c); break;
   }
 }
 
