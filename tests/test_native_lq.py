@@ -187,6 +187,7 @@ GEMM_CASES = [  # (kw, kx, n, m, o, offset, bias, act)
     (3, 3, 784, 1, 700, 0.0, True, "relu"),
     (2, 2, 700, 1, 10, -0.1, True, "none"),
     (1, 1, 1024, 64, 40, 0.0, False, "none"),
+    (2, 3, 300, 150, 300, -0.4, True, "relu"),  # several row tasks and channel blocks
 ]
 
 
@@ -202,7 +203,7 @@ def test_gemm_matches_oracle(kw, kx, n, m, o, offset, bias, act):
     first = None
     for isa, popcnt in PATHS:
         g = ext.LQGemm(planes, basis, n, alpha, float(c), thr, codes, b, isa=isa, popcnt=popcnt)
-        for threads in (1, 2):
+        for threads in (1, 2, 3):
             y = np.full((m, o), 7.0, np.float32)
             g.run(x, y, act_name=act, threads=threads, **kwargs)
             assert_close(y, want, scale)

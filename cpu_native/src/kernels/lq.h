@@ -17,8 +17,12 @@
 // per-lane popcount sums, for mr x-rows (an x-row = one plane of one input row / output pixel) and
 // the kw panels of a block, and writes integer counts; a combine kernel turns a pixel's counts into
 // the fp32 sum, in an order that does not depend on the tiling.
-// The convolution reads its x-rows through an indirection (a pointer per tap, to the input
-// pixel's encoded plane, or to zeros for padded taps), the GEMM is the one-tap case.
+// The convolution encodes each input pixel once per call (kx planes of ceil(C/64) words, into a
+// zero-padded grid), repacks the weights at construction in (kh, kw, channel word) order so that a
+// tap is whole words, and reads an output pixel's taps as its window corner plus a fixed word
+// offset per tap (no float im2col, no per-pixel pointer table); padded taps read zero planes and
+// count nothing, and border pixels use the valid taps' weight sums for c * sum(w). The GEMM is the
+// one-tap case.
 #pragma once
 
 #include <cstddef>
