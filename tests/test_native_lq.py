@@ -332,6 +332,10 @@ def test_kernel_names_and_popcnt_override(monkeypatch):
         assert ext.LQGemm(*args, isa="avx512", popcnt="shuffle").kernel == "b1_lqgemm_8x8__avx512skx"
         monkeypatch.setenv("EDGESDK_LQ_POPCNT", "shuffle")
         assert ext.LQGemm(*args, isa="avx512").kernel == "b1_lqgemm_8x8__avx512skx"
+        assert ext.LQGemm(*args, isa="scalar").kernel == "b1_lqgemm_4x8__scalar"
+        monkeypatch.setenv("EDGESDK_LQ_POPCNT", "bogus")
+        with pytest.raises(ValueError, match="EDGESDK_LQ_POPCNT"):
+            ext.LQGemm(*args, isa="avx512")
         monkeypatch.delenv("EDGESDK_LQ_POPCNT")
         auto = ext.LQGemm(*args, isa="avx512").kernel
         if ext.cpu_features()["flags"].get("avx512vpopcntdq"):

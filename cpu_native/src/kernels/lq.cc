@@ -170,13 +170,16 @@ std::vector<LqVariant> lq_supported_variants() {
 
 LqVariant lq_variant_for(Isa isa, const std::string& popcnt_arg) {
   std::string popcnt = popcnt_arg.empty() ? "auto" : popcnt_arg;
+  const bool avx512 = isa == Isa::Avx512 || isa == Isa::Avx512Vnni || isa == Isa::Avx512Amx;
+  bool from_env = false;
   if (popcnt == "auto") {
     const char* env = std::getenv("EDGESDK_LQ_POPCNT");
-    if (env != nullptr && *env != '\0') popcnt = env;
+    if (env != nullptr && *env != '\0') popcnt = env, from_env = true;
   }
   if (popcnt != "auto" && popcnt != "shuffle" && popcnt != "vpopcnt")
-    throw std::invalid_argument("popcnt must be 'auto', 'shuffle' or 'vpopcnt' (got '" + popcnt + "')");
-  const bool avx512 = isa == Isa::Avx512 || isa == Isa::Avx512Vnni || isa == Isa::Avx512Amx;
+    throw std::invalid_argument(std::string(from_env ? "EDGESDK_LQ_POPCNT" : "popcnt") +
+                                " must be 'auto', 'shuffle' or 'vpopcnt' (got '" + popcnt + "')");
+  if (from_env && !avx512) popcnt = "auto";  // the environment only steers the avx512 levels
   if (popcnt == "vpopcnt" && !(avx512 && cpu_has_vpopcntdq()))
     throw std::invalid_argument("popcnt='vpopcnt' needs an avx512 level on a CPU with AVX512_VPOPCNTDQ");
   switch (isa) {

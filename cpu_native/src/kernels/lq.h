@@ -84,8 +84,10 @@ std::vector<LqVariant> lq_supported_variants();
 const char* lq_variant_name(LqVariant v);
 // The variant for an ISA level: scalar -> Scalar, avx2/avxvnni -> Avx2, avx512* -> Avx512Vpopcnt where
 // the CPU has AVX512_VPOPCNTDQ and popcnt is "auto" or "vpopcnt" (else Avx512Bw), neon* -> Neon.
-// popcnt: "auto" (default: EDGESDK_LQ_POPCNT, else auto), "shuffle" (never VPOPCNTDQ), "vpopcnt"
-// (throws std::invalid_argument where the CPU lacks it).
+// popcnt: "auto" (the environment variable EDGESDK_LQ_POPCNT=auto|shuffle|vpopcnt where set, which
+// only steers the avx512 levels; else VPOPCNTDQ where the CPU has it), "shuffle" (never VPOPCNTDQ:
+// the vpshufb kernel, what Skylake-X runs), "vpopcnt" (throws std::invalid_argument where the level
+// or CPU lacks it).
 LqVariant lq_variant_for(Isa isa, const std::string& popcnt);
 
 // Weights and activation quantizer shared by the GEMM and the convolution.
