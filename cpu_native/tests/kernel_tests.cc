@@ -2763,9 +2763,13 @@ void test_lq(const KernelTable& t) {
         for (auto& v : c) v = static_cast<int32_t>(rng() % 2000);
         for (auto& v : cnt) v = static_cast<int32_t>(rng() % 2000);
         const std::vector<float> coef = random_vec(kw * kx * kLqNr);
-        std::vector<float> y1 = random_vec(pixels * stride, -10.0f, 10.0f), y2 = y1;
-        ref.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), y1.data(), stride);
-        k.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), y2.data(), stride);
+        const std::vector<float> base = random_vec(pixels * stride, -10.0f, 10.0f);
+        std::vector<float> y1(pixels * stride, 1.0f), y2(pixels * stride, 1.0f);
+        const size_t bstride = kx == 3 ? 0 : stride;  // one shared base row, or one a pixel
+        const float lo = kw == 2 ? -200.0f : -std::numeric_limits<float>::infinity();
+        const float hi = kw == 2 ? 300.0f : std::numeric_limits<float>::infinity();
+        ref.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), base.data(), bstride, y1.data(), stride, lo, hi);
+        k.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), base.data(), bstride, y2.data(), stride, lo, hi);
         expect(same_bits(y1.data(), y2.data(), y1.size()), "combine kx=" + std::to_string(kx) + " kw=" + std::to_string(kw));
       }
     // The encoder: every kx, tails, ties, infinities, NaN; words past n must come back zero.

@@ -49,12 +49,16 @@ void lq_gemm_4x8__scalar(size_t mr, size_t kc, size_t taps, const uint64_t* cons
 }
 
 void lq_combine_8__scalar(size_t pixels, size_t kx, size_t kw, const int32_t* c, const int32_t* cnt, const float* coef,
-                          float* y, size_t y_stride) {
-  for (size_t p = 0; p < pixels; ++p, y += y_stride, c += kx * kw * kLqNr, cnt += kx)
-    for (size_t j = 0; j < kw; ++j)
-      for (size_t i = 0; i < kx; ++i)
-        for (size_t l = 0; l < kLqNr; ++l)
-          y[l] = std::fma(coef[(j * kx + i) * kLqNr + l], static_cast<float>(2 * c[(i * kw + j) * kLqNr + l] - cnt[i]), y[l]);
+                          const float* base, size_t base_stride, float* y, size_t y_stride, float lo, float hi) {
+  for (size_t p = 0; p < pixels; ++p, y += y_stride, base += base_stride, c += kx * kw * kLqNr, cnt += kx)
+    for (size_t l = 0; l < kLqNr; ++l) {
+      float acc = base[l];
+      for (size_t j = 0; j < kw; ++j)
+        for (size_t i = 0; i < kx; ++i)
+          acc = std::fma(coef[(j * kx + i) * kLqNr + l], static_cast<float>(2 * c[(i * kw + j) * kLqNr + l] - cnt[i]), acc);
+      acc = acc < lo ? lo : acc;
+      y[l] = acc > hi ? hi : acc;
+    }
 }
 
 }  // namespace
@@ -337,45 +341,47 @@ struct Scratch {
   std::vector<uint64_t> planes;
   std::vector<const uint64_t*> ptrs;
   std::vector<int32_t> cnt, counts;
-  std::vector<uint8_t> nan, valid;
-  AlignedBuffer<float> ytile;
-  void ensure_ytile(size_t n) {
-    if (ytile.size() < n) ytile = AlignedBuffer<float>(n);
-  }
+  std::vector<uint8_t> nan;
+  std::vector<float> tail, base;
 };
 
-// Every block of [b0, b1) over the x-rows of `pixels` pixels (pointers a[t*rows + r]): the counts
-// of all kw panels, mr rows at a time, then the combination into ytile[p*stride + (blk - b0)*8].
+// Every block of [b0, b1) over the x-rows of `pixels` pixels (row r at a[r] + tap_off[t] for tap t):
+// the counts of all kw panels, mr rows at a time, then the combination with base[p*base_stride +
+// blk*8 ...] and the activation's clamp, written to y[p*y_stride + blk*8 ...] (the last block's
+// valid lanes through a small buffer when o is no multiple of 8); then the activations that are no
+// clamp, and NaN over the rows flagged.
 void run_blocks(const LqLayer& l, size_t b0, size_t b1, size_t pixels, const uint64_t* const* a,
-                const ptrdiff_t* tap_off, const int32_t* cnt, float* ytile, size_t stride, Scratch& s) {
+                const ptrdiff_t* tap_off, const int32_t* cnt, const float* base, size_t base_stride, float* y,
+                size_t y_stride, const Activation& act, const uint8_t* nan, Scratch& s) {
   const LqKernels& k = *l.k;
   const size_t kx = l.q.kx, kw = l.kw, rows = pixels * kx, panel_words = l.taps * l.kc * kLqNr;
   s.counts.resize(rows * kw * kLqNr);
   int32_t* counts = s.counts.data();
+  const bool post = needs_post_pass(act);
+  const MinMax mm = post ? MinMax{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()}
+                         : clamp_part(act);
   for (size_t blk = b0; blk < b1; ++blk) {
     const uint64_t* panels = l.panels.data() + blk * kw * panel_words;
     for (size_t r0 = 0; r0 < rows; r0 += k.mr_max)
       k.gemm(min_size(k.mr_max, rows - r0), l.kc, l.taps, a + r0, tap_off, panels, kw, panel_words,
              counts + r0 * kw * kLqNr);
-    k.combine(pixels, kx, kw, counts, cnt, l.coef.data() + blk * kw * kx * kLqNr, ytile + (blk - b0) * kLqNr, stride);
+    const float* coef = l.coef.data() + blk * kw * kx * kLqNr;
+    const size_t o0 = blk * kLqNr, lanes = min_size(kLqNr, l.o - o0);
+    if (lanes == kLqNr) {
+      k.combine(pixels, kx, kw, counts, cnt, coef, base + o0, base_stride, y + o0, y_stride, mm.min, mm.max);
+    } else {
+      s.tail.resize(pixels * kLqNr);
+      k.combine(pixels, kx, kw, counts, cnt, coef, base + o0, base_stride, s.tail.data(), kLqNr, mm.min, mm.max);
+      for (size_t p = 0; p < pixels; ++p) std::memcpy(y + p * y_stride + o0, s.tail.data() + p * kLqNr, lanes * sizeof(float));
+    }
   }
-}
-
-// y[0..n) = act(t[0..n)); NaN where nan.
-void store_row(const float* t, size_t n, float* y, const Activation& act, bool nan) {
-  if (nan) {
-    for (size_t i = 0; i < n; ++i) y[i] = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  if (act.kind == ActKind::None) {
-    std::memcpy(y, t, n * sizeof(float));
-  } else if (needs_post_pass(act)) {
-    for (size_t i = 0; i < n; ++i) y[i] = activate_reference(t[i], act);
-  } else {
-    const MinMax mm = clamp_part(act);
-    for (size_t i = 0; i < n; ++i) {
-      const float v = t[i] < mm.min ? mm.min : t[i];
-      y[i] = v > mm.max ? mm.max : v;
+  const size_t o0 = b0 * kLqNr, o1 = min_size(l.o, b1 * kLqNr);
+  for (size_t p = 0; p < pixels; ++p) {
+    float* row = y + p * y_stride;
+    if (nan[p]) {
+      for (size_t oc = o0; oc < o1; ++oc) row[oc] = std::numeric_limits<float>::quiet_NaN();
+    } else if (post) {
+      for (size_t oc = o0; oc < o1; ++oc) row[oc] = activate_reference(row[oc], act);
     }
   }
 }
@@ -386,9 +392,7 @@ void lq_gemm(const LqLayer& l, const float* x, size_t m, float* y, const Activat
   if (m == 0) return;
   if (threads < 1) threads = 1;
   const size_t kx = l.q.kx, words = l.kc;
-  // Rows per task: the tile [rows][blocks*8] floats stays within ~64 KiB.
-  const size_t row_cap = max_size(1, min_size(64, 16384 / (l.blocks * kLqNr)));
-  const size_t row_chunk = max_size(1, min_size(row_cap, div_up(m, threads)));
+  const size_t row_chunk = max_size(1, min_size(16, div_up(m, threads)));
   const size_t row_tasks = div_up(m, row_chunk);
   // Few rows (GEMV) on several threads: split the output channels too (the result is the same).
   const size_t blk_tasks = row_tasks >= threads ? 1 : min_size(l.blocks, div_up(threads, row_tasks));
@@ -399,20 +403,16 @@ void lq_gemm(const LqLayer& l, const float* x, size_t m, float* y, const Activat
       const size_t m0 = (task / blk_tasks) * row_chunk, m1 = min_size(m, m0 + row_chunk);
       const size_t b0 = (task % blk_tasks) * blk_chunk, b1 = min_size(l.blocks, b0 + blk_chunk);
       if (b0 >= b1) continue;
-      const size_t pix = m1 - m0, rows = pix * kx, stride = (b1 - b0) * kLqNr;
+      const size_t pix = m1 - m0, rows = pix * kx;
       s.planes.resize(rows * words);
       s.ptrs.resize(rows);
       s.cnt.resize(rows);
       s.nan.resize(pix);
-      s.ensure_ytile(pix * stride);
       l.k->encode(x + m0 * l.n, pix, l.n, l.q, words, s.planes.data(), s.cnt.data(), s.nan.data());
       for (size_t r = 0; r < rows; ++r) s.ptrs[r] = s.planes.data() + r * words;
-      float* tile = s.ytile.data();
-      for (size_t p = 0; p < pix; ++p) std::memcpy(tile + p * stride, l.base.data() + b0 * kLqNr, stride * sizeof(float));
       static const ptrdiff_t kNoOffset = 0;
-      run_blocks(l, b0, b1, pix, s.ptrs.data(), &kNoOffset, s.cnt.data(), tile, stride, s);
-      const size_t o0 = b0 * kLqNr, o1 = min_size(l.o, b1 * kLqNr);
-      for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, o1 - o0, y + (m0 + p) * l.o + o0, act, s.nan[p]);
+      run_blocks(l, b0, b1, pix, s.ptrs.data(), &kNoOffset, s.cnt.data(), l.base.data(), 0, y + m0 * l.o, l.o, act,
+                 s.nan.data(), s);
     }
   }, Partition::Static);
 }
@@ -458,7 +458,7 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
       tap_dx[t] = tx * g.dil_w;
     }
   const size_t stride = l.blocks * kLqNr;
-  const size_t chunk = max_size(8, min_size(64, 16384 / stride));  // output pixels per task
+  const size_t chunk = 32;  // output pixels per task
   const double offset = l.q.offset;
   parallel_for(div_up(out_pix, chunk), threads, [&](size_t begin, size_t end) {
     Scratch s;
@@ -467,8 +467,7 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
       s.ptrs.resize(rows);
       s.cnt.resize(rows);
       s.nan.resize(pix);
-      s.ensure_ytile(pix * stride);
-      float* tile = s.ytile.data();
+      bool border_base = false;  // a border pixel in this task whose c * sum(w) needs the valid taps only
       size_t bi = p0 / (oh * ow), oy = (p0 / ow) % oh, ox = p0 % ow;  // stepped along (no division per pixel)
       for (size_t p = 0; p < pix; ++p, ++ox) {
         if (ox == ow) {
@@ -486,23 +485,28 @@ void lq_conv(const LqLayer& l, const float* x, size_t b, size_t h, size_t w, con
           for (size_t t = 0; t < taps; ++t) sum += pcnt[(corner + static_cast<size_t>(tap_pix[t])) * kx + i];
           s.cnt[p * kx + i] = sum;
         }
-        float* trow = tile + p * stride;
-        std::memcpy(trow, l.base.data(), stride * sizeof(float));
         const bool inside = py >= g.pad_top && px >= g.pad_left && py + g.dil_h * (g.kh - 1) < g.pad_top + h &&
                             px + g.dil_w * (g.kw - 1) < g.pad_left + w;
-        if (!inside && offset != 0.0)  // c * (the valid taps' weight sum) + bias
-          for (size_t oc = 0; oc < l.o; ++oc) {
-            double ws = 0.0;
-            for (size_t t = 0; t < taps; ++t) {
-              const size_t iy = py + tap_dy[t], ix = px + tap_dx[t];
-              if (iy >= g.pad_top && iy < g.pad_top + h && ix >= g.pad_left && ix < g.pad_left + w)
-                ws += l.wtap[oc * taps + t];
-            }
-            trow[oc] = static_cast<float>(offset * ws + l.bias[oc]);
+        if (inside || offset == 0.0) continue;
+        if (!border_base) {  // per-pixel bases for this task: the layer's, then the border pixels'
+          border_base = true;
+          s.base.resize(pix * stride);
+          for (size_t q = 0; q < pix; ++q) std::memcpy(s.base.data() + q * stride, l.base.data(), stride * sizeof(float));
+        }
+        float* brow = s.base.data() + p * stride;  // c * (the valid taps' weight sum) + bias
+        for (size_t oc = 0; oc < l.o; ++oc) {
+          double ws = 0.0;
+          for (size_t t = 0; t < taps; ++t) {
+            const size_t iy = py + tap_dy[t], ix = px + tap_dx[t];
+            if (iy >= g.pad_top && iy < g.pad_top + h && ix >= g.pad_left && ix < g.pad_left + w)
+              ws += l.wtap[oc * taps + t];
           }
+          brow[oc] = static_cast<float>(offset * ws + l.bias[oc]);
+        }
       }
-      run_blocks(l, 0, l.blocks, pix, s.ptrs.data(), tap_off.data(), s.cnt.data(), tile, stride, s);
-      for (size_t p = 0; p < pix; ++p) store_row(tile + p * stride, l.o, y + (p0 + p) * l.o, act, s.nan[p]);
+      run_blocks(l, 0, l.blocks, pix, s.ptrs.data(), tap_off.data(), s.cnt.data(),
+                 border_base ? s.base.data() : l.base.data(), border_base ? stride : 0, y + p0 * l.o, l.o, act,
+                 s.nan.data(), s);
     }
   }, Partition::Static);
 }

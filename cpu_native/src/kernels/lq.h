@@ -51,9 +51,12 @@ using LqUkernel = void (*)(size_t mr, size_t kc, size_t taps, const uint64_t* co
 
 // The combination, per pixel p < pixels (its kx x-rows p*kx + i, counts from the microkernel with
 // np = kw), in this order on every variant (fused multiply-adds, so every variant gives the same bits):
-//   for j < kw: for i < kx: y[p*y_stride + l] = fma(coef[(j*kx + i)*8 + l], float(2*c[((p*kx + i)*kw + j)*8 + l] - cnt[p*kx + i]), y[...])
+//   acc[l] = base[p*base_stride + l]
+//   for j < kw: for i < kx: acc[l] = fma(coef[(j*kx + i)*8 + l], float(2*c[((p*kx + i)*kw + j)*8 + l] - cnt[p*kx + i]), acc[l])
+//   y[p*y_stride + l] = min(max(acc[l], lo), hi)
 using LqCombineUkernel = void (*)(size_t pixels, size_t kx, size_t kw, const int32_t* c, const int32_t* cnt,
-                                  const float* coef, float* y, size_t y_stride);
+                                  const float* coef, const float* base, size_t base_stride, float* y, size_t y_stride,
+                                  float lo, float hi);
 
 // The encoder, `rows` rows of n contiguous values: row r -> kx planes of `words` uint64 (bits past n
 // zero) at planes + r*kx*words, their popcounts at cnt + r*kx, nan[r] = 1 if the row has a NaN.

@@ -62,9 +62,10 @@ void lq_gemm_4x8__neon(size_t mr, size_t kc, size_t taps, const uint64_t* const*
 }
 
 void lq_combine_8__neon(size_t pixels, size_t kx, size_t kw, const int32_t* c, const int32_t* cnt, const float* coef,
-                        float* y, size_t y_stride) {
-  for (size_t p = 0; p < pixels; ++p, y += y_stride, c += kx * kw * 8, cnt += kx) {
-    float32x4_t a0 = vld1q_f32(y), a1 = vld1q_f32(y + 4);
+                        const float* base, size_t base_stride, float* y, size_t y_stride, float lo, float hi) {
+  const float32x4_t vlo = vdupq_n_f32(lo), vhi = vdupq_n_f32(hi);
+  for (size_t p = 0; p < pixels; ++p, y += y_stride, base += base_stride, c += kx * kw * 8, cnt += kx) {
+    float32x4_t a0 = vld1q_f32(base), a1 = vld1q_f32(base + 4);
     for (size_t j = 0; j < kw; ++j)
       for (size_t i = 0; i < kx; ++i) {
         const int32_t* v = c + (i * kw + j) * 8;
@@ -74,8 +75,8 @@ void lq_combine_8__neon(size_t pixels, size_t kx, size_t kw, const int32_t* c, c
         a0 = vfmaq_f32(a0, vld1q_f32(cf), vcvtq_f32_s32(vsubq_s32(vaddq_s32(v0, v0), cr)));
         a1 = vfmaq_f32(a1, vld1q_f32(cf + 4), vcvtq_f32_s32(vsubq_s32(vaddq_s32(v1, v1), cr)));
       }
-    vst1q_f32(y, a0);
-    vst1q_f32(y + 4, a1);
+    vst1q_f32(y, vminq_f32(vmaxq_f32(a0, vlo), vhi));
+    vst1q_f32(y + 4, vminq_f32(vmaxq_f32(a1, vlo), vhi));
   }
 }
 

@@ -88,16 +88,19 @@ EDGESDK_LQ_AVX2 void lq_gemm_4x8__avx2(size_t mr, size_t kc, size_t taps, const 
 
 // The combination (every x86 variant: 8 lanes are one ymm).
 EDGESDK_LQ_AVX2 void lq_combine_8__avx2(size_t pixels, size_t kx, size_t kw, const int32_t* c, const int32_t* cnt,
-                                        const float* coef, float* y, size_t y_stride) {
-  for (size_t p = 0; p < pixels; ++p, y += y_stride, c += kx * kw * 8, cnt += kx) {
-    __m256 acc = _mm256_loadu_ps(y);
+                                        const float* coef, const float* base, size_t base_stride, float* y,
+                                        size_t y_stride, float lo, float hi) {
+  const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  for (size_t p = 0; p < pixels; ++p, y += y_stride, base += base_stride, c += kx * kw * 8, cnt += kx) {
+    __m256 acc = _mm256_loadu_ps(base);
     for (size_t j = 0; j < kw; ++j)
       for (size_t i = 0; i < kx; ++i) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + (i * kw + j) * 8));
         const __m256i d = _mm256_sub_epi32(_mm256_add_epi32(v, v), _mm256_set1_epi32(cnt[i]));
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(coef + (j * kx + i) * 8), _mm256_cvtepi32_ps(d), acc);
       }
-    _mm256_storeu_ps(y, acc);
+    // acc < lo ? lo : acc, then acc > hi ? hi : acc (the scalar reference's order; acc is never NaN)
+    _mm256_storeu_ps(y, _mm256_min_ps(_mm256_max_ps(acc, vlo), vhi));
   }
 }
 
