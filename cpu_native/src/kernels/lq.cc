@@ -330,10 +330,10 @@ LqLayer lq_prepare_conv(const uint32_t* planes, const float* basis, size_t o, si
 // Drivers.
 //
 // A task takes a run of rows (GEMM) or output pixels (conv): it encodes / gathers their x-rows
-// (pixel p's plane i is x-row p*kx + i), fills a float tile [pixels][blocks*8] with the per-channel
-// base (c * weight sum + bias), runs every (block, plane) panel over the x-rows, and writes the
-// rows out through the activation. Every output's sum runs in the same order (planes j, then i)
-// whatever the tiling, so thread counts and variants give the same bits.
+// (pixel p's plane i is x-row p*kx + i); per block of 8 output channels the microkernel counts all
+// kw panels over the x-rows and the combine kernel adds them to the base (c * weight sum + bias)
+// and writes the output through the activation's clamp. Every output's sum runs in the same order
+// (planes j, then i) whatever the tiling, so thread counts and variants give the same bits.
 
 namespace {
 
