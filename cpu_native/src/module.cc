@@ -7,6 +7,7 @@
 void register_kernels(pybind11::module_& m);  // bindings_kernels.cc
 void register_sparse(pybind11::module_& m, pybind11::module_& km);  // bindings_sparse.cc
 void register_huffman(pybind11::module_& m, pybind11::module_& km);  // bindings_huffman.cc
+void register_lq(pybind11::module_& m, pybind11::module_& km);  // bindings_lq.cc
 
 namespace py = pybind11;
 
@@ -50,4 +51,5 @@ PYBIND11_MODULE(_native, m) {
   py::module_ km = m.attr("kernels").cast<py::module_>();
   register_sparse(m, km);
   register_huffman(m, km);
+  register_lq(m, km);
 }

@@ -33,6 +33,13 @@
 #include "kernels/operators_qu8.h"
 #include "kernels/operators_sparse.h"
 #include "kernels/thread_pool.h"
+#include "kernels/lq.h"
+#ifndef EDGESDK_LQ_IN_LIBRARY
+// The LQ bitwise kernels are one translation unit without ISA flags (per-function target
+// attributes): compiled in here where the library is not linked whole (the driver that
+// tests/test_native_kernels.py builds natively and for aarch64 lists its sources without it).
+#include "kernels/lq.cc"
+#endif
 
 using namespace edgesdk::kernels;
 
@@ -2653,6 +2660,238 @@ void test_thread_pool() {
   report(fam);
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// LQ-Nets bitwise GEMM / convolution (lq.h): each variant of the level (avx512: the vpshufb one and,
+// where the CPU has it, VPOPCNTDQ) bit for bit against the scalar microkernel and encoder, and whole
+// layers (GEMM and convolution, 1 and 3 threads) bit for bit against the scalar variant and within
+// 1e-5 of a double dense evaluation (decoded weights, quantized inputs, zero padding).
+
+LqActQuant lq_random_quant(size_t kx, float offset) {
+  LqActQuant q;
+  q.kx = kx;
+  q.offset = offset;
+  q.alpha = random_vec(kx, 0.1f, 1.0f);
+  std::sort(q.alpha.begin(), q.alpha.end());
+  const size_t levels = size_t{1} << kx;
+  std::vector<std::pair<double, unsigned>> lv(levels);
+  for (unsigned v = 0; v < levels; ++v) {
+    double s = offset;
+    for (size_t i = 0; i < kx; ++i) s += ((v >> i) & 1u) ? q.alpha[i] : 0.0f;
+    lv[v] = {s, v};
+  }
+  std::stable_sort(lv.begin(), lv.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t l = 0; l < levels; ++l) q.codes.push_back(static_cast<uint8_t>(lv[l].second));
+  for (size_t l = 0; l + 1 < levels; ++l) q.thresholds.push_back(static_cast<float>((lv[l].first + lv[l + 1].first) / 2));
+  return q;
+}
+
+double lq_level(const LqActQuant& q, float x) {
+  size_t l = 0;
+  for (float t : q.thresholds) l += t < x;
+  double s = q.offset;
+  for (size_t i = 0; i < q.kx; ++i) s += ((q.codes[l] >> i) & 1u) ? q.alpha[i] : 0.0f;
+  return s;
+}
+
+// Inputs with ties on thresholds and infinities.
+std::vector<float> lq_random_input(size_t n, const LqActQuant& q) {
+  std::vector<float> x = random_vec(n, -2.0f, 2.0f);
+  for (size_t i = 0; i < n; i += 5) x[i] = q.thresholds[(i / 5) % q.thresholds.size()];
+  if (n > 3) x[3] = std::numeric_limits<float>::infinity();
+  if (n > 8) x[8] = -std::numeric_limits<float>::infinity();
+  return x;
+}
+
+// Weight planes in the uint32 format (O, kw, ceil(n/32)), tails zero; basis ascending.
+void lq_random_weights(size_t o, size_t kw, size_t n, std::vector<uint32_t>& planes, std::vector<float>& basis,
+                       std::vector<double>& dense) {
+  const size_t w32 = (n + 31) / 32;
+  planes.assign(o * kw * w32, 0);
+  for (size_t i = 0; i < planes.size(); ++i) planes[i] = static_cast<uint32_t>(rng());
+  for (size_t r = 0; r < o * kw; ++r)
+    if (n % 32) planes[r * w32 + w32 - 1] &= (1u << (n % 32)) - 1;
+  basis = random_vec(o * kw, 0.05f, 1.0f);
+  for (size_t oc = 0; oc < o; ++oc) std::sort(basis.begin() + oc * kw, basis.begin() + (oc + 1) * kw);
+  dense.assign(o * n, 0.0);
+  for (size_t oc = 0; oc < o; ++oc)
+    for (size_t j = 0; j < kw; ++j)
+      for (size_t k = 0; k < n; ++k) {
+        const bool bit = (planes[(oc * kw + j) * w32 + k / 32] >> (k % 32)) & 1u;
+        dense[oc * n + k] += basis[oc * kw + j] * (bit ? 1.0 : -1.0);
+      }
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+void test_lq(const KernelTable& t) {
+  reseed();
+  std::vector<LqVariant> variants{lq_variant_for(t.isa, "shuffle")};
+  if (lq_variant_for(t.isa, "auto") != variants[0]) variants.push_back(lq_variant_for(t.isa, "auto"));
+  const LqKernels& ref = lq_kernels(LqVariant::Scalar);
+  for (LqVariant v : variants) {
+    const LqKernels& k = lq_kernels(v);
+    Family fam{std::string("lq_") + lq_variant_name(v), t.name};
+    auto expect = [&](bool ok, const std::string& what) {
+      ++fam.cases;
+      if (!ok && fam.failure.empty()) fam.failure = what + " (" + k.gemm_name + ")";
+    };
+    // The microkernel: every mr, 1-3 panels, word counts past the 31-word byte-count flush.
+    for (size_t mr = 1; mr <= k.mr_max; ++mr)
+      for (size_t kc : {1, 2, 3, 13, 40})
+        for (size_t taps : {1, 3, 9}) {
+          const size_t np = 1 + (mr + kc) % 3, pstride = taps * kc * kLqNr + 8 * (kc % 2);
+          // Each x-row reads its taps at shuffled word offsets of its own buffer.
+          std::vector<uint64_t> words(taps * mr * kc), w(np * pstride);
+          for (auto& x : words) x = (static_cast<uint64_t>(rng()) << 32) | rng();
+          for (auto& x : w) x = (static_cast<uint64_t>(rng()) << 32) | rng();
+          std::vector<const uint64_t*> a(mr);
+          for (size_t r = 0; r < mr; ++r) a[r] = words.data() + r * taps * kc;
+          std::vector<ptrdiff_t> tap_off(taps);
+          for (size_t t = 0; t < taps; ++t) tap_off[t] = static_cast<ptrdiff_t>(((t * 5 + 2) % taps) * kc);
+          std::vector<int32_t> c1(mr * np * kLqNr, -1), c2(mr * np * kLqNr, -2);
+          ref.gemm(mr, kc, taps, a.data(), tap_off.data(), w.data(), np, pstride, c1.data());
+          k.gemm(mr, kc, taps, a.data(), tap_off.data(), w.data(), np, pstride, c2.data());
+          expect(c1 == c2, "ukernel mr=" + std::to_string(mr) + " kc=" + std::to_string(kc) + " taps=" +
+                               std::to_string(taps) + " np=" + std::to_string(np));
+        }
+    // The combination: bit for bit the scalar one (fused multiply-adds in the same order).
+    for (size_t kx : {1, 3, 8})
+      for (size_t kw : {1, 2, 8}) {
+        const size_t pixels = 5, stride = 24;
+        std::vector<int32_t> c(pixels * kx * kw * kLqNr), cnt(pixels * kx);
+        for (auto& v : c) v = static_cast<int32_t>(rng() % 2000);
+        for (auto& v : cnt) v = static_cast<int32_t>(rng() % 2000);
+        const std::vector<float> coef = random_vec(kw * kx * kLqNr);
+        const std::vector<float> base = random_vec(pixels * stride, -10.0f, 10.0f);
+        std::vector<float> y1(pixels * stride, 1.0f), y2(pixels * stride, 1.0f);
+        const size_t bstride = kx == 3 ? 0 : stride;  // one shared base row, or one a pixel
+        const float lo = kw == 2 ? -200.0f : -std::numeric_limits<float>::infinity();
+        const float hi = kw == 2 ? 300.0f : std::numeric_limits<float>::infinity();
+        ref.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), base.data(), bstride, y1.data(), stride, lo, hi);
+        k.combine(pixels, kx, kw, c.data(), cnt.data(), coef.data(), base.data(), bstride, y2.data(), stride, lo, hi);
+        expect(same_bits(y1.data(), y2.data(), y1.size()), "combine kx=" + std::to_string(kx) + " kw=" + std::to_string(kw));
+      }
+    // The encoder: every kx, tails, ties, infinities, NaN; words past n must come back zero.
+    for (size_t kx = 1; kx <= 8; ++kx)
+      for (size_t n : {1, 7, 16, 33, 64, 100, 257})
+        for (bool nan : {false, true}) {
+          const LqActQuant q = lq_random_quant(kx, kx % 2 ? -0.5f : 0.0f);
+          std::vector<float> x = lq_random_input(n, q);
+          if (nan) x[n / 2] = std::numeric_limits<float>::quiet_NaN();
+          const size_t words = (n + 63) / 64 + 1;
+          std::vector<uint64_t> p1(kx * words, ~uint64_t{0}), p2(kx * words, ~uint64_t{0});
+          std::vector<int32_t> c1(kx), c2(kx);
+          uint8_t n1 = 2, n2 = 2;
+          ref.encode(x.data(), 1, n, q, words, p1.data(), c1.data(), &n1);
+          k.encode(x.data(), 1, n, q, words, p2.data(), c2.data(), &n2);
+          expect(n1 == nan && n2 == nan && p1 == p2 && c1 == c2,
+                 std::string("encode ") + k.encode_name + " kx=" + std::to_string(kx) + " n=" + std::to_string(n));
+          // Three rows a call: the same as one at a time.
+          std::vector<float> x3 = lq_random_input(3 * n, q);
+          x3[n + n / 2] = std::numeric_limits<float>::quiet_NaN();
+          std::vector<uint64_t> p3(3 * kx * words, ~uint64_t{0}), p4(3 * kx * words);
+          std::vector<int32_t> c3(3 * kx), c4(3 * kx);
+          uint8_t n3[3], n4[3];
+          k.encode(x3.data(), 3, n, q, words, p3.data(), c3.data(), n3);
+          for (size_t r = 0; r < 3; ++r)
+            ref.encode(x3.data() + r * n, 1, n, q, words, p4.data() + r * kx * words, c4.data() + r * kx, n4 + r);
+          expect(p3 == p4 && c3 == c4 && std::memcmp(n3, n4, 3) == 0 && n3[1] == 1,
+                 std::string("encode 3 rows ") + k.encode_name + " kx=" + std::to_string(kx) + " n=" + std::to_string(n));
+        }
+    // Whole GEMM layers.
+    struct GemmCase { size_t kw, kx, n, m, o; float offset; bool bias; };
+    for (const GemmCase& gc : {GemmCase{1, 1, 784, 1, 70, 0.0f, true}, GemmCase{2, 3, 65, 5, 13, -0.7f, false},
+                               GemmCase{3, 2, 700, 3, 10, 0.4f, true}, GemmCase{8, 8, 130, 2, 9, -0.2f, true},
+                               GemmCase{4, 4, 5, 9, 17, 0.0f, false}}) {
+      const LqActQuant q = lq_random_quant(gc.kx, gc.offset);
+      std::vector<uint32_t> planes;
+      std::vector<float> basis;
+      std::vector<double> dense;
+      lq_random_weights(gc.o, gc.kw, gc.n, planes, basis, dense);
+      const std::vector<float> bias = random_vec(gc.o);
+      const std::vector<float> x = lq_random_input(gc.m * gc.n, q);
+      const LqLayer l0 = lq_prepare_gemm(planes.data(), basis.data(), gc.o, gc.kw, gc.n, q, gc.bias ? bias.data() : nullptr, ref);
+      const LqLayer l1 = lq_prepare_gemm(planes.data(), basis.data(), gc.o, gc.kw, gc.n, q, gc.bias ? bias.data() : nullptr, k);
+      std::vector<float> y0(gc.m * gc.o), y1(gc.m * gc.o), y3(gc.m * gc.o);
+      lq_gemm(l0, x.data(), gc.m, y0.data(), act_none(), 1);
+      lq_gemm(l1, x.data(), gc.m, y1.data(), act_none(), 1);
+      lq_gemm(l1, x.data(), gc.m, y3.data(), act_none(), 3);
+      const std::string what = "gemm " + dims({gc.kw, gc.kx, gc.n, gc.m, gc.o});
+      expect(same_bits(y0.data(), y1.data(), y0.size()) && same_bits(y1.data(), y3.data(), y1.size()), what + " vs scalar");
+      std::vector<double> want(gc.m * gc.o), floor(gc.m * gc.o);
+      for (size_t r = 0; r < gc.m; ++r)
+        for (size_t oc = 0; oc < gc.o; ++oc) {
+          double s = gc.bias ? bias[oc] : 0.0, f = gc.bias ? std::fabs(bias[oc]) : 0.0;
+          for (size_t kk = 0; kk < gc.n; ++kk) {
+            const double lv = lq_level(q, x[r * gc.n + kk]);
+            s += lv * dense[oc * gc.n + kk];
+            f += std::fabs(lv * dense[oc * gc.n + kk]);
+          }
+          want[r * gc.o + oc] = s;
+          floor[r * gc.o + oc] = std::max(f, 1.0);
+        }
+      fam.check(what + " vs dense", y1.data(), want.data(), want.size(), 1e-5, floor.data());
+    }
+    // Whole convolution layers: padding with c != 0 (border sums), strides, dilations.
+    struct ConvCase { size_t c, o, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr, h, w, bits; float offset; };
+    for (const ConvCase& cc : {ConvCase{3, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6, 5, 1, 0.0f},
+                               ConvCase{70, 10, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 7, 6, 2, -0.6f},
+                               ConvCase{16, 9, 3, 2, 1, 2, 2, 1, 2, 0, 1, 3, 7, 8, 3, 0.5f},
+                               ConvCase{64, 17, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 4, 5, 1, -0.3f}}) {
+      const size_t n = cc.c * cc.kh * cc.kw, kwb = cc.bits, kx = 4 - cc.bits + 1;
+      const LqActQuant q = lq_random_quant(kx, cc.offset);
+      std::vector<uint32_t> planes;
+      std::vector<float> basis;
+      std::vector<double> dense;
+      lq_random_weights(cc.o, kwb, n, planes, basis, dense);
+      const std::vector<float> bias = random_vec(cc.o);
+      std::vector<float> x = lq_random_input(2 * cc.h * cc.w * cc.c, q);
+      x[5 * cc.c + 1] = std::numeric_limits<float>::quiet_NaN();  // image 0, pixel 5
+      LqConvGeometry g;
+      g.kh = cc.kh, g.kw = cc.kw, g.stride_h = cc.sh, g.stride_w = cc.sw, g.dil_h = cc.dh, g.dil_w = cc.dw;
+      g.pad_top = cc.pt, g.pad_left = cc.pl, g.pad_bottom = cc.pb, g.pad_right = cc.pr;
+      const size_t oh = lq_conv_out(cc.h, cc.kh, cc.sh, cc.dh, cc.pt, cc.pb);
+      const size_t ow = lq_conv_out(cc.w, cc.kw, cc.sw, cc.dw, cc.pl, cc.pr);
+      const LqLayer l0 = lq_prepare_conv(planes.data(), basis.data(), cc.o, kwb, cc.c, cc.kh, cc.kw, q, bias.data(), ref);
+      const LqLayer l1 = lq_prepare_conv(planes.data(), basis.data(), cc.o, kwb, cc.c, cc.kh, cc.kw, q, bias.data(), k);
+      const size_t total = 2 * oh * ow * cc.o;
+      std::vector<float> y0(total), y1(total), y3(total);
+      lq_conv(l0, x.data(), 2, cc.h, cc.w, g, y0.data(), act_relu(), 1);
+      lq_conv(l1, x.data(), 2, cc.h, cc.w, g, y1.data(), act_relu(), 1);
+      lq_conv(l1, x.data(), 2, cc.h, cc.w, g, y3.data(), act_relu(), 3);
+      const std::string what = "conv " + dims({cc.c, cc.o, cc.kh, cc.kw, cc.sh, cc.dh, cc.pt, cc.pr, kwb, kx});
+      expect(same_bits(y0.data(), y1.data(), total) && same_bits(y1.data(), y3.data(), total), what + " vs scalar");
+      std::vector<double> want(total), floor(total);
+      for (size_t b = 0; b < 2; ++b)
+        for (size_t oy = 0; oy < oh; ++oy)
+          for (size_t ox = 0; ox < ow; ++ox)
+            for (size_t oc = 0; oc < cc.o; ++oc) {
+              double s = bias[oc], f = std::fabs(bias[oc]);
+              bool nan = false;
+              for (size_t ty = 0; ty < cc.kh; ++ty)
+                for (size_t tx = 0; tx < cc.kw; ++tx) {
+                  const long iy = static_cast<long>(oy * cc.sh + ty * cc.dh) - static_cast<long>(cc.pt);
+                  const long ix = static_cast<long>(ox * cc.sw + tx * cc.dw) - static_cast<long>(cc.pl);
+                  if (iy < 0 || ix < 0 || iy >= static_cast<long>(cc.h) || ix >= static_cast<long>(cc.w)) continue;
+                  for (size_t ch = 0; ch < cc.c; ++ch) {
+                    const float xv = x[((b * cc.h + static_cast<size_t>(iy)) * cc.w + static_cast<size_t>(ix)) * cc.c + ch];
+                    nan |= std::isnan(xv);
+                    const double term = lq_level(q, xv) * dense[oc * n + (ch * cc.kh + ty) * cc.kw + tx];
+                    s += term;
+                    f += std::fabs(term);
+                  }
+                }
+              const size_t i = ((b * oh + oy) * ow + ox) * cc.o + oc;
+              want[i] = nan ? std::numeric_limits<double>::quiet_NaN() : std::max(s, 0.0);
+              floor[i] = std::max(f, 1.0);
+            }
+      fam.check(what + " vs dense", y1.data(), want.data(), total, 1e-5, floor.data());
+    }
+    report(fam);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -2711,6 +2950,7 @@ int main(int argc, char** argv) {
     if (g_only.empty() || g_only == "test_dwconv_chw") test_dwconv_chw(t);
     if (g_only.empty() || g_only == "test_gavgpool_chw") test_gavgpool_chw(t);
     if (g_only.empty() || g_only == "test_transpose") test_transpose(t);
+    if (g_only.empty() || g_only == "test_lq") test_lq(t);
     if (t.has_f16_arith()) {
       if (g_only.empty() || g_only == "test_f16_gemm") test_f16_gemm(t);
       if (g_only.empty() || g_only == "test_f16_conv") test_f16_conv(t);

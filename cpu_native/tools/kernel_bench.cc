@@ -21,8 +21,12 @@
 //   (depthwise_conv) on MobileNetV2's depthwise layers (224 x 224) and MobileNetV3's 5x5 ones, 1 thread
 //   (--threads N: N), ReLU6 fused; CHW global average pooling against NHWC; the f32 transpose
 //   (NCHW -> NHWC and back) against a plain loop.
+//   LQ (--lq, alone): the LQ-Nets bitwise GEMM / convolution (lq.h), every variant this CPU runs
+//   (scalar, avx2, avx512bw, avx512vpopcnt; --variant NAME: that one), (Kw, Kx) = (1, 1), (2, 2),
+//   (3, 3), against the fp32 GEMM / ConvPlan of the same shape, 1 thread (--threads N: N): the
+//   LQ-Nets thesis MLP layer (M=1, 784 -> 700), M=64 1024 -> 1024, a 3x3 convolution 56x56x64 -> 64.
 // Usage: kernel_bench [--isa name] [--quick] [--qu8 | --qu8-only | --winograd [--threads N] [--cold] |
-//                      --sparse [--threads N] | --chw [--threads N]]
+//                      --sparse [--threads N] | --chw [--threads N] | --lq [--variant NAME] [--threads N]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +41,7 @@
 #include "kernels/operators.h"
 #include "kernels/operators_qu8.h"
 #include "kernels/operators_sparse.h"
+#include "kernels/lq.h"
 
 using namespace edgesdk::kernels;
 
@@ -475,10 +480,75 @@ void bench_chw(const KernelTable* t, bool quick, size_t threads) {
   }
 }
 
+// ---- LQ (--lq) -----------------------------------------------------------------------------------
+namespace {
+
+LqActQuant lq_bench_quant(size_t kx) {
+  LqActQuant q;
+  q.kx = kx;
+  for (size_t i = 0; i < kx; ++i) q.alpha.push_back(0.25f * static_cast<float>(1u << i));
+  const size_t levels = size_t{1} << kx;
+  for (size_t l = 0; l < levels; ++l) q.codes.push_back(static_cast<uint8_t>(l));  // ascending alpha: binary order
+  for (size_t l = 0; l + 1 < levels; ++l) q.thresholds.push_back(0.25f * (static_cast<float>(l) + 0.5f) - 1.0f);
+  return q;
+}
+
+void bench_lq(const KernelTable* t, bool quick, size_t threads, const std::string& only) {
+  std::mt19937 rng(11);
+  const double min_total = quick ? 0.05 : 0.3;
+  std::printf("LQ bitwise GEMM / conv vs fp32 (%s), %zu thread(s); times in microseconds (best of runs)\n", t->name,
+              threads);
+  std::printf("%-28s %-14s %5s %10s %10s %7s\n", "case", "variant", "Kw/Kx", "fp32", "lq", "ratio");
+  struct Shape { const char* name; size_t m, n, o; bool conv; };
+  for (const Shape& sh : {Shape{"mlp M=1 784->700", 1, 784, 700, false}, Shape{"M=64 1024->1024", 64, 1024, 1024, false},
+                          Shape{"conv3x3 56x56x64->64", 56 * 56, 9 * 64, 64, true}}) {
+    const auto x = random_vec(sh.conv ? 56 * 56 * 64 : sh.m * sh.n, rng);
+    const auto w = random_vec(sh.o * sh.n, rng);
+    auto packed = pack_gemm_weights(w.data(), sh.o, sh.n, WeightLayout::NK, nullptr, WeightType::F32, t);
+    std::vector<float> y(sh.m * sh.o);
+    double fp32;
+    ConvGeometry g;
+    g.kh = g.kw = 3;
+    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = 1;
+    if (sh.conv) {
+      ConvPlan plan(1, 56, 56, 64, g, packed);
+      fp32 = best_seconds([&] { plan.run(x.data(), y.data(), act_none(), threads); }, min_total);
+    } else {
+      fp32 = best_seconds([&] { gemm(x.data(), sh.m, sh.n, packed, y.data(), sh.o, act_none(), threads); }, min_total);
+    }
+    for (LqVariant v : lq_supported_variants()) {
+      if (!only.empty() && only != lq_variant_name(v)) continue;
+      for (size_t bits : {1, 2, 3}) {
+        const LqActQuant q = lq_bench_quant(bits);
+        std::vector<uint32_t> planes(sh.o * bits * ((sh.n + 31) / 32));
+        for (auto& p : planes) p = static_cast<uint32_t>(rng());
+        const std::vector<float> basis = random_vec(sh.o * bits, rng);
+        double s;
+        if (sh.conv) {
+          const LqLayer l = lq_prepare_conv(planes.data(), basis.data(), sh.o, bits, 64, 3, 3, q, nullptr, lq_kernels(v));
+          LqConvGeometry lg;
+          lg.kh = lg.kw = 3;
+          lg.pad_top = lg.pad_left = lg.pad_bottom = lg.pad_right = 1;
+          s = best_seconds([&] { lq_conv(l, x.data(), 1, 56, 56, lg, y.data(), act_none(), threads); }, min_total);
+        } else {
+          const LqLayer l = lq_prepare_gemm(planes.data(), basis.data(), sh.o, bits, sh.n, q, nullptr, lq_kernels(v));
+          s = best_seconds([&] { lq_gemm(l, x.data(), sh.m, y.data(), act_none(), threads); }, min_total);
+        }
+        std::printf("%-28s %-14s %3zu/%zu %10.1f %10.1f %6.1fx\n", sh.name, lq_variant_name(v), bits, bits, fp32 * 1e6,
+                    s * 1e6, fp32 / s);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const KernelTable* t = &active_kernels();
   bool quick = false, qu8 = false, qu8_only = false, winograd = false, cold = false, sparse = false, chw = false;
   size_t threads_arg = 0;
+  bool lq = false;
+  std::string lq_variant;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--isa" && i + 1 < argc) t = &kernels_for(parse_isa(argv[++i]));
     if (std::string(argv[i]) == "--quick") quick = true;
@@ -488,7 +558,13 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--cold") cold = true;
     if (std::string(argv[i]) == "--sparse") sparse = true;
     if (std::string(argv[i]) == "--chw") chw = true;
+    if (std::string(argv[i]) == "--lq") lq = true;
+    if (std::string(argv[i]) == "--variant" && i + 1 < argc) lq_variant = argv[++i];
     if (std::string(argv[i]) == "--threads" && i + 1 < argc) threads_arg = std::strtoul(argv[++i], nullptr, 10);
+  }
+  if (lq) {
+    bench_lq(t, quick, threads_arg != 0 ? threads_arg : 1, lq_variant);
+    return 0;
   }
   if (chw) {
     bench_chw(t, quick, threads_arg != 0 ? threads_arg : 1);
