@@ -47,8 +47,10 @@ def uncoded(enc: Encoding | None) -> Encoding | None:
     return huffman_source(enc) if isinstance(enc, HuffmanBlocks) else enc
 
 
-def huffman_note(tensor: Tensor) -> str:
-    """What a step note adds for a Huffman-coded weight run as its uncoded encoding."""
+def coding_note(tensor: Tensor) -> str:
+    """What a step note adds for a weight run as another encoding (:func:`uncoded`)."""
+    if isinstance(tensor.encoding, LQBinary):
+        return f", {tensor.encoding.describe()} weights as per-channel codebooks (float input)"
     return ", Huffman blocks decoded at session creation" if isinstance(tensor.encoding, HuffmanBlocks) else ""
 
 

@@ -115,7 +115,7 @@ def _conv_sparse(node: Node, b: Builder, enc: SparseCSR, bias: np.ndarray | None
     y = b.write(node.outputs[0], NCHW)
     act, threads = fused_act(node), b.threads_for(node)
     note = (f"sparse 1x1 (CHW), {enc.describe()}, {packed.value_kind} values, blocks of {packed.block}, "
-            f"{packed.kernel_name}{W.huffman_note(b.graph.tensors[node.inputs[1]])}")
+            f"{packed.kernel_name}{W.coding_note(b.graph.tensors[node.inputs[1]])}")
     b.emit(node, "native", lambda v: partial(k.sparse_conv1x1, v[x], packed, v[y], *act, threads), note)
 
 
@@ -243,11 +243,11 @@ def _conv_clustered(node: Node, b: Builder, enc: Clustered, bias: np.ndarray | N
     if direct:
         b.emit(node, "native", lambda v: partial(k.clustered_gemm, v[x].reshape(-1, v[x].shape[-1]), packed,
                                                  v[y].reshape(-1, o), *act, threads),
-               f"clustered {enc.describe()} GEMM{W.huffman_note(b.graph.tensors[node.inputs[1]])}")
+               f"clustered {enc.describe()} GEMM{W.coding_note(b.graph.tensors[node.inputs[1]])}")
         return
     new_plan = partial(k.ClusteredConvPlan, packed, list(x.storage_shape), kernel, **_conv_geometry(node))
     b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads),
-           f"clustered {enc.describe()} indirect conv{W.huffman_note(b.graph.tensors[node.inputs[1]])}")
+           f"clustered {enc.describe()} indirect conv{W.coding_note(b.graph.tensors[node.inputs[1]])}")
 
 
 def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None:

@@ -35,7 +35,7 @@ def gemm(node: Node, b: Builder) -> None:
     enc = W.uncoded(wt.encoding)
     if attrs["transB"] and isinstance(enc, Clustered):
         weights = W.pack_clustered(k, enc, bias, b.precision, scale=alpha)
-        return _emit_linear(node, b, k.clustered_gemm, weights, f"clustered {enc.describe()}{W.huffman_note(wt)}")
+        return _emit_linear(node, b, k.clustered_gemm, weights, f"clustered {enc.describe()}{W.coding_note(wt)}")
     if attrs["transB"] and isinstance(enc, NNM) and enc.mode == "shared":
         return _gemm_nnm(node, b, enc, bias, alpha)
     matrix, how = W.stored_matrix(wt)
