@@ -314,21 +314,12 @@ def _finetune_int8(model: str, recipe, train, test, args: argparse.Namespace):
     """finetune --int8: quantization-aware training (edgesdk.quant.qat) from --calib's ranges (default:
     the first 256 training samples). Returns the recipe to record and the int8 graph."""
     from ..compress.recipe import LayerSettings, Recipe
-    from ..datasets import load_calibration
-    from ..loader import load_model
-    from ..passes import optimize
     from ..progress import Progress
     from ..quant.qat import quantization_aware_finetune
     if recipe.compresses_any() or args.beta is not None or args.prune_ramp is not None:
         raise InputError("finetune --int8 trains int8 weights and ranges: it does not combine with codebook, "
                          "pruning, NNM or fp16 settings (--recipe, --prune, --cluster-bits, --beta, ...)")
-    if args.calib_samples is not None and args.calib_samples < 1:
-        raise InputError(f"--calib-samples must be at least 1, got {args.calib_samples}")
-    calibration = load_calibration(args.calib)[: args.calib_samples or 256] if args.calib else None
-    graph = load_model(model, parse_input_shapes(args.input_shape))
-    optimize(graph)
-    options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size}.items()
-               if v is not None}
+    calibration, graph, options = _training_start(model, args)
     bar = Progress("int8 fine-tuning")
     try:
         qgraph, _ = quantization_aware_finetune(graph, train, calibration=calibration, test=test,
@@ -342,18 +333,12 @@ def _finetune_int8(model: str, recipe, train, test, args: argparse.Namespace):
     return Recipe(LayerSettings(int8=True), calibration=settings), qgraph
 
 
-def _finetune_lq(model: str, recipe, train, test, args: argparse.Namespace):
-    """finetune with an lq recipe: LQ-Nets training (edgesdk.compress.lq_train); --calib (default: the
-    first 256 training samples) starts the activation bases. Returns the encoded graph."""
-    from ..compress.lq_train import lq_finetune_graph
+def _training_start(model: str, args: argparse.Namespace):
+    """What the int8 and LQ fine-tunings start from: --calib's samples (default: the first 256
+    training samples, chosen by the training), the optimised graph and the training options."""
     from ..datasets import load_calibration
     from ..loader import load_model
     from ..passes import optimize
-    if args.beta is not None or args.prune_ramp is not None:
-        raise InputError("--beta and --prune-ramp are options of the codebook / NNM fine-tuning: LQ fine-tuning "
-                         "(an lq_bits recipe) does not take them")
-    if args.calib_method is not None:
-        raise InputError("--calib-method chooses int8 ranges: LQ activation bases are fitted by QEM (drop it)")
     if args.calib_samples is not None and args.calib_samples < 1:
         raise InputError(f"--calib-samples must be at least 1, got {args.calib_samples}")
     calibration = load_calibration(args.calib)[: args.calib_samples or 256] if args.calib else None
@@ -361,6 +346,19 @@ def _finetune_lq(model: str, recipe, train, test, args: argparse.Namespace):
     optimize(graph)
     options = {k: v for k, v in {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size}.items()
                if v is not None}
+    return calibration, graph, options
+
+
+def _finetune_lq(model: str, recipe, train, test, args: argparse.Namespace):
+    """finetune with an lq recipe: LQ-Nets training (edgesdk.compress.lq_train); --calib (default: the
+    first 256 training samples) starts the activation bases. Returns the encoded graph."""
+    from ..compress.lq_train import lq_finetune_graph
+    if args.beta is not None or args.prune_ramp is not None:
+        raise InputError("--beta and --prune-ramp are options of the codebook / NNM fine-tuning: LQ fine-tuning "
+                         "(an lq_bits recipe) does not take them")
+    if args.calib_method is not None:
+        raise InputError("--calib-method chooses int8 ranges: LQ activation bases are fitted by QEM (drop it)")
+    calibration, graph, options = _training_start(model, args)
     return lq_finetune_graph(graph, recipe, train, test=test, log=notes(args), progress=bars(),
                              calibration=calibration, unmatched="error" if args.strict_recipe else "warn", **options)
 

@@ -48,8 +48,7 @@ except ImportError:  # pragma: no cover - exercised only without the train extra
                        "pip install -e '.[train]')") from None
 
 from ..datasets import Dataset
-from ..graph import Graph
-from ..ops import OPS
+from ..graph import Graph, Node
 from ..progress import ProgressFactory
 from . import lq
 from .apply import _effective, _report, _weights_out_in, check_patterns, compressible_layers, Unmatched
@@ -59,7 +58,7 @@ from .finetune import (DEFAULT_BATCH, DEFAULT_DISTILL, DEFAULT_TEMPERATURE, DEFA
                        check_trainable, module_accuracy, train)
 from .lq_layers import LQ_OPS, insert_quantizer
 from .recipe import LayerSettings, Recipe
-from .torch_bridge import GraphModule, apply_activation, write_back
+from .torch_bridge import GraphModule, write_back
 
 # Defaults chosen on the default digits model (tools/lq_accuracy.py measures them).
 DEFAULT_LQ_EPOCHS = 30  # 15 epochs: 98.61-99.17% at 2w2a; about 10 s per run on one core
@@ -294,23 +293,16 @@ class LQGraphModule(CompressibleGraphModule):
             env = self.environment(inputs)
         finally:
             self.tensor_params = saved
-        for node in self.nodes:  # GraphModule.forward, with the input quantizers in front
-            args = [env[name] if name else None for name in node.inputs]
-            if node.name in self.capture:
-                self.captured[node.name] = args[0].detach()
-            quantizer = self.act_quantizer(node.name)
-            if quantizer is not None:
-                args[0] = quantizer(args[0])
-            out = OPS[node.op].torch(self, node, *args)
-            outs = out if isinstance(out, tuple) else (out,)
-            fused = node.attrs.get("fused_activation")
-            if fused is not None:
-                outs = (apply_activation(fused, outs[0]),) + outs[1:]
-            for name, value in zip(node.outputs, outs):
-                if name:
-                    env[name] = value
-        outs = tuple(env[name] for name in self.output_names)
-        return outs[0] if len(outs) == 1 else outs
+        return self.run_nodes(env)
+
+    def node_arguments(self, node: Node, args: list) -> list:
+        """The input quantizers in front of their layers (and the captured float inputs)."""
+        if node.name in self.capture:
+            self.captured[node.name] = args[0].detach()
+        quantizer = self.act_quantizer(node.name)
+        if quantizer is not None:
+            args[0] = quantizer(args[0])
+        return args
 
 
 # ---------------------------------------------------------------------------------------------

@@ -110,9 +110,16 @@ class GraphModule(nn.Module):
         return env
 
     def forward(self, *inputs: torch.Tensor):
-        env = self.environment(inputs)
+        return self.run_nodes(self.environment(inputs))
+
+    def node_arguments(self, node: Node, args: list) -> list:
+        """A node's inputs as its lowering receives them (subclasses quantize or capture them)."""
+        return args
+
+    def run_nodes(self, env: dict):
+        """Every node in order on ``env`` (inputs and parameters by tensor name); the outputs."""
         for node in self.nodes:
-            args = [env[name] if name else None for name in node.inputs]
+            args = self.node_arguments(node, [env[name] if name else None for name in node.inputs])
             out = OPS[node.op].torch(self, node, *args)  # the op's torch lowering (edgesdk.ops)
             outs = out if isinstance(out, tuple) else (out,)
             fused = node.attrs.get("fused_activation")
