@@ -135,7 +135,7 @@ def decode_weights(codes: np.ndarray, beta: np.ndarray) -> np.ndarray:
 
 
 # -- QEM -----------------------------------------------------------------------------------------
-def _solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+def solve_ridge(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """Batched ridge least squares: (gram + eps I) a = rhs."""
     k = gram.shape[-1]
     scale = np.trace(gram, axis1=-2, axis2=-1)[..., None, None] / k
@@ -148,27 +148,34 @@ def fit_weight_basis(w: np.ndarray, bits: int, iters: int = 20) -> tuple[np.ndar
     and >= 0, codes (O, N) uint8), minimising each channel's squared error. Deterministic.
 
     Starts from the uniform grid (beta_j = s * 2^j: levels at the odd multiples of s, spanning
-    +-2 standard deviations), then alternates nearest-level codes and least squares."""
+    +-2 standard deviations), then alternates nearest-level codes and least squares, keeping each
+    channel's best basis."""
     _check_bits(bits)
     w = np.asarray(w, dtype=np.float64)
     sigma = np.sqrt(np.mean(w * w, axis=1)) + 1e-12
     beta = (2 * sigma / ((1 << bits) - 1))[:, None] * (2.0 ** np.arange(bits))[None, :]
     best_beta, best_err = beta, np.full(w.shape[0], np.inf)
-    for _ in range(iters):
-        codes = _weight_codes(w, beta)
-        signs = 2.0 * ((codes[..., None] >> np.arange(bits)) & 1) - 1.0  # (O, N, K)
-        err = np.sum(((signs * beta[:, None, :]).sum(-1) - w) ** 2, axis=1)
+    for step in range(iters + 1):
+        err = np.sum((decode_weights(_weight_codes(w, beta), beta).astype(np.float64) - w) ** 2, axis=1)
         better = err < best_err
         best_beta = np.where(better[:, None], beta, best_beta)
         best_err = np.minimum(err, best_err)
-        gram = np.einsum("onk,onl->okl", signs, signs)
-        rhs = np.einsum("onk,on->ok", signs, w)
-        beta = np.sort(np.abs(_solve(gram, rhs)), axis=1)  # a negative basis value is a flipped plane
-    codes = _weight_codes(w, beta)
-    err = np.sum((decode_weights(codes, beta).astype(np.float64) - w) ** 2, axis=1)
-    best_beta = np.where((err < best_err)[:, None], beta, best_beta)
+        if step < iters:
+            beta = weight_step(w, beta)
     best_beta = np.sort(best_beta, axis=1).astype(np.float32)
     return best_beta, _weight_codes(w, best_beta)
+
+
+def weight_step(w: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """One QEM alternation for per-channel weight bases (O, K): nearest-level codes of ``w``
+    (O, N), then each channel's least-squares basis for them (absolute values, sorted: a negative
+    value is a flipped plane). float64."""
+    bits = beta.shape[1]
+    codes = _weight_codes(np.asarray(w, dtype=np.float64), beta)
+    signs = 2.0 * ((codes[..., None] >> np.arange(bits)) & 1) - 1.0  # (O, N, K)
+    gram = np.einsum("onk,onl->okl", signs, signs)
+    rhs = np.einsum("onk,on->ok", signs, np.asarray(w, dtype=np.float64))
+    return np.sort(np.abs(solve_ridge(gram, rhs)), axis=1)
 
 
 def _weight_codes(w: np.ndarray, beta: np.ndarray) -> np.ndarray:
@@ -196,23 +203,35 @@ def fit_activation_basis(values: np.ndarray, bits: int, *, nonnegative: bool | N
     alpha = (high - low) * 2.0 ** np.arange(bits) / ((1 << bits) - 1)
     offset = low
     best, best_err = (alpha, offset), np.inf
-    table = _bits_of(bits)
-    for _ in range(iters):
+    x32 = x.astype(np.float32)
+    for step in range(iters + 1):
         levels = activation_levels(alpha, offset)
         thresholds, codes = level_table(levels)
-        code = encode_nearest(x.astype(np.float32), thresholds, codes)
-        err = float(np.sum((levels[code].astype(np.float64) - x) ** 2))
+        err = float(np.sum((levels[encode_nearest(x32, thresholds, codes)].astype(np.float64) - x) ** 2))
         if err < best_err:
             best, best_err = (alpha, offset), err
-        design = table[code]  # (S, K) 0/1
-        if not nonnegative:
-            design = np.concatenate([design, np.ones((x.size, 1))], axis=1)
-        solution = _solve(design.T @ design, design.T @ x)
-        alpha, offset = (solution, 0.0) if nonnegative else (solution[:-1], float(solution[-1]))
-        alpha, offset = _positive_alpha(alpha, offset, nonnegative)
+        if step < iters:
+            alpha, offset = activation_step(x, alpha, offset, nonnegative)
     alpha, offset = best
     order = np.argsort(alpha, kind="stable")
     return np.asarray(alpha, dtype=np.float64)[order].astype(np.float32), float(np.float32(offset))
+
+
+def activation_step(x: np.ndarray, alpha: np.ndarray, offset: float, nonnegative: bool) -> tuple[np.ndarray, float]:
+    """One QEM alternation for a layer's activation basis on finite values ``x`` (1-D):
+    nearest-level codes, then the least-squares alpha (and offset unless ``nonnegative``; negative
+    alphas folded into the offset, or clipped at 0 when it is fixed). Unchanged when every value
+    sits on the lowest level (nothing to fit)."""
+    alpha = np.asarray(alpha, dtype=np.float64)
+    thresholds, codes = level_table(activation_levels(alpha, offset))
+    design = _bits_of(alpha.size)[encode_nearest(np.asarray(x, np.float32), thresholds, codes)]  # (S, K) 0/1
+    if not np.any(design):
+        return alpha, offset
+    if not nonnegative:
+        design = np.concatenate([design, np.ones((design.shape[0], 1))], axis=1)
+    solution = solve_ridge(design.T @ design, design.T @ np.asarray(x, np.float64))
+    alpha, offset = (solution, 0.0) if nonnegative else (solution[:-1], float(solution[-1]))
+    return _positive_alpha(alpha, offset, nonnegative)
 
 
 def _positive_alpha(alpha: np.ndarray, offset: float, nonnegative: bool) -> tuple[np.ndarray, float]:

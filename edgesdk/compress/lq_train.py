@@ -66,7 +66,6 @@ DEFAULT_LQ_LR = 3e-3  # as the other fine-tunings; 1e-3 gave 98.89-99.72% at 2w2
 DEFAULT_MOMENTUM = 0.9  # moving average of the QEM basis, per training step (LQ-Nets)
 DEFAULT_QEM_ITERS = 2  # encode + least-squares alternations per step
 DEFAULT_CALIBRATION = 256  # training samples the activation bases start from
-_RIDGE = 1e-6  # relative to the mean diagonal of the Gram matrix (as edgesdk.compress.lq)
 _ACT_SAMPLES = 1 << 18  # activation values one QEM step fits on (a strided subset beyond that)
 
 
@@ -82,51 +81,24 @@ def uses_lq(recipe: Recipe) -> bool:
 # ---------------------------------------------------------------------------------------------
 # QEM steps (numpy, float64), warm-started from the current basis
 # ---------------------------------------------------------------------------------------------
-def _ridge_solve(gram: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    k = gram.shape[-1]
-    scale = np.trace(gram, axis1=-2, axis2=-1)[..., None, None] / k
-    return np.linalg.solve(gram + _RIDGE * np.maximum(scale, 1e-30) * np.eye(k), rhs[..., None])[..., 0]
-
-
 def qem_weight_step(w: np.ndarray, beta: np.ndarray, iters: int = DEFAULT_QEM_ITERS) -> np.ndarray:
-    """``iters`` QEM alternations for per-channel weight bases from ``beta`` (O, K): nearest-level
-    codes of ``w`` (O, N), then each channel's least-squares basis for them (absolute values,
-    sorted: a negative value is a flipped plane). Returns the new basis (O, K) float64."""
-    w = np.asarray(w, dtype=np.float32)
+    """``iters`` QEM alternations (:func:`edgesdk.compress.lq.weight_step`) for per-channel weight
+    bases from ``beta`` (O, K) on ``w`` (O, N). Returns the new basis (O, K) float64."""
     beta = np.asarray(beta, dtype=np.float64)
-    bits = beta.shape[1]
     for _ in range(iters):
-        thresholds, codes = lq.level_table(lq.weight_levels(beta))
-        code = lq.encode_nearest(w, thresholds, codes)
-        signs = 2.0 * ((code[..., None] >> np.arange(bits)) & 1) - 1.0  # (O, N, K)
-        gram = np.einsum("onk,onl->okl", signs, signs)
-        rhs = np.einsum("onk,on->ok", signs, w.astype(np.float64))
-        beta = np.sort(np.abs(_ridge_solve(gram, rhs)), axis=1)
+        beta = lq.weight_step(w, beta)
     return beta
 
 
 def qem_activation_step(x: np.ndarray, alpha: np.ndarray, offset: float, nonnegative: bool,
                         iters: int = DEFAULT_QEM_ITERS) -> tuple[np.ndarray, float]:
-    """``iters`` QEM alternations for one layer's activation basis on the values ``x`` (1-D):
-    nearest-level codes, then the least-squares alpha (and offset unless ``nonnegative``; negative
-    alphas folded into the offset, or clipped at 0 when it is fixed). Returns (alpha, offset)."""
+    """``iters`` QEM alternations (:func:`edgesdk.compress.lq.activation_step`) for one layer's
+    activation basis on the finite values of ``x``. Returns (alpha sorted, offset)."""
     x = np.asarray(x, dtype=np.float32).reshape(-1)
     x = x[np.isfinite(x)]
     alpha = np.asarray(alpha, dtype=np.float64)
-    if x.size == 0:
-        return alpha, offset
-    table = ((np.arange(1 << alpha.size)[:, None] >> np.arange(alpha.size)) & 1).astype(np.float64)
-    x64 = x.astype(np.float64)
-    for _ in range(iters):
-        thresholds, codes = lq.level_table(lq.activation_levels(alpha, offset))
-        design = table[lq.encode_nearest(x, thresholds, codes)]
-        if not nonnegative:
-            design = np.concatenate([design, np.ones((x.size, 1))], axis=1)
-        if not np.any(design[:, : alpha.size]):  # every value on the lowest level: nothing to fit
-            break
-        solution = _ridge_solve(design.T @ design, design.T @ x64)
-        alpha, offset = (solution, 0.0) if nonnegative else (solution[:-1], float(solution[-1]))
-        alpha, offset = lq._positive_alpha(alpha, offset, nonnegative)
+    for _ in range(iters if x.size else 0):
+        alpha, offset = lq.activation_step(x, alpha, offset, nonnegative)
     order = np.argsort(alpha, kind="stable")
     return alpha[order], float(offset)
 
