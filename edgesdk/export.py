@@ -618,6 +618,31 @@ def _qlinear_lookup(ex, node, out, name):
     _q_out(ex, node, y, i[4], i[5], out, name)
 
 
+@_writer("LQQuantize")
+def _lq_quantize(ex, node, out, name):
+    """LQ-Nets' nearest-level quantizer in standard ops, exactly: the level index is the count of
+    thresholds below x (Greater, so a tie takes the lower level and +-Inf the extreme levels),
+    Gather takes the sorted level, and Where keeps NaN (Greater is false for it)."""
+    from .ops.lq import level_table
+    import onnx
+    levels, thresholds, codes = level_table(node)
+    x = node.inputs[0]
+    column = ex.fresh(f"{out}.column")
+    ex.emit("Unsqueeze", [x, ex.constant(f"{name}.last_axis", np.array([-1], np.int64))], [column], ex.fresh(f"{name}/unsqueeze"))
+    above = ex.fresh(f"{out}.above")
+    ex.emit("Greater", [column, ex.constant(f"{name}.thresholds", thresholds)], [above], ex.fresh(f"{name}/greater"))
+    counted = ex.fresh(f"{out}.counted")
+    ex.emit("Cast", [above], [counted], ex.fresh(f"{name}/cast"), to=onnx.TensorProto.INT64)
+    index = ex.fresh(f"{out}.index")
+    ex.emit("ReduceSum", [counted, ex.constant(f"{name}.sum_axis", np.array([-1], np.int64))], [index], ex.fresh(f"{name}/count"),
+            keepdims=0)
+    level = ex.fresh(f"{out}.level")
+    ex.emit("Gather", [ex.constant(f"{name}.levels", levels[codes]), index], [level], ex.fresh(f"{name}/gather"), axis=0)
+    nan = ex.fresh(f"{out}.nan")
+    ex.emit("IsNaN", [x], [nan], ex.fresh(f"{name}/isnan"))
+    ex.emit("Where", [nan, x, level], [out], name)
+
+
 def _required_opset(graph: Graph) -> int:
     """17, or 19 where a node needs an op version from it (AveragePool dilations, Pad wrap, Resize
     half_pixel_symmetric or keep_aspect_ratio_policy)."""

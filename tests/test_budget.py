@@ -211,7 +211,7 @@ def test_cli_latency_objective_times_source_and_package_interleaved(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--objective", "latency"], "--objective is for the accuracy budget search"),
-    (["--calib", "digits"], "--calib is for int8 layers or the accuracy budget"),
+    (["--calib", "digits"], "--calib is for int8 layers, LQ activations (lq_act_bits) or the accuracy budget"),
     (["--max-drop", "0.5"], "--max-drop needs --eval"),
     (["--max-drop", "0.5", "--calib", "digits", "--sensitivity-samples", "0"], "--sensitivity-samples must be at least 1"),
     (["--int8", "--calib", "digits", "--cluster-bits", "4"], "cannot be combined with cluster_bits"),

@@ -137,9 +137,10 @@ def test_every_importable_node_case_exports():
 # LayerNormalization: every node case reads the Mean/InvStdDev outputs (exported below).
 # The integer ops: their node cases feed integer graph inputs, which edgesdk refuses
 # (tests/test_quant.py::test_every_integer_op_exports exports each of them).
+# LQQuantize: edgesdk's own op, no ONNX node case (tests/test_lq.py exports it).
 REFUSED_IN_EVERY_CASE = {"ReduceLogSumExp", "LayerNormalization", "QLinearConv", "QLinearMatMul", "QGemm",
                          "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearAveragePool",
-                         "QLinearConcat", "QLinearLookup", "DequantizeLinear", "QuantizeLinear"}
+                         "QLinearConcat", "QLinearLookup", "DequantizeLinear", "QuantizeLinear", "LQQuantize"}
 
 
 @pytest.mark.parametrize("axis, bias", [(-1, True), (1, False)])

@@ -238,3 +238,26 @@ def test_lq_quantize_torch_lowering_matches_reference_and_passes_gradients(rng):
     np.testing.assert_array_equal(y.detach().numpy(), expected)
     y[3:].sum().backward()
     assert np.all(t.grad.numpy()[3:] == 1.0)
+
+
+def test_export_writes_lq_layers_onnx_runtime_runs_exactly(tmp_path):
+    """edgesdk export: LQQuantize as standard ops (ties, +-Inf and NaN included), LQ weights decoded."""
+    import onnxruntime as ort
+    from edgesdk.export import export_onnx
+    graph = golden_graph(True, False)
+    path = tmp_path / "golden.onnx"
+    export_onnx(graph, path)
+    x = np.array([[0.5, 1.2, 2.3, -1.0, 0.0]], np.float32)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got[0], GOLDEN_WITH_BIAS, atol=5e-5)
+    from edgesdk.ops import OPS
+    node = graph.nodes[0]
+    probe = Graph("quantizer")
+    probe.add_input("x", (1, 9))
+    probe.nodes.append(node)
+    probe.add_tensor(node.outputs[0], (1, 9), np.float32)
+    probe.outputs = [node.outputs[0]]
+    export_onnx(probe, tmp_path / "q.onnx")
+    values = np.array([[-1.7, 0.0, 1.7, -np.inf, np.inf, np.nan, -9.0, 0.3, 1.69999]], np.float32)
+    got = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": values})[0]
+    np.testing.assert_array_equal(got, OPS["LQQuantize"].reference(node, values))
