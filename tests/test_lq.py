@@ -261,3 +261,34 @@ def test_export_writes_lq_layers_onnx_runtime_runs_exactly(tmp_path):
     values = np.array([[-1.7, 0.0, 1.7, -np.inf, np.inf, np.nan, -9.0, 0.3, 1.69999]], np.float32)
     got = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": values})[0]
     np.testing.assert_array_equal(got, OPS["LQQuantize"].reference(node, values))
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "reference"])
+def test_lq_package_is_correct_from_many_threads(lq_package, backend):
+    """One session, 8 threads at once on different inputs: each gets what a lone run gives (the
+    cpu layers share one read-only packed layer across arenas)."""
+    from concurrent.futures import ThreadPoolExecutor
+    path, _, test = lq_package
+    session = Session(path, backend=backend)
+    steps = [op.note for op in session.profile({"input": test.x[:1].reshape(1, 1, 8, 8)}).ops]
+    if backend == "cpu":
+        assert sum(note.startswith("LQ bitwise") for note in steps) == 3, steps
+    inputs = [test.x[i:i + 1].reshape(1, 1, 8, 8) for i in range(32)]
+    alone = [session.run({"input": x})["logits"] for x in inputs]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda x: session.run({"input": x})["logits"], inputs * 4))
+    for i, y in enumerate(together):
+        np.testing.assert_array_equal(y, alone[i % 32])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_and_inf_through_an_lq_layer(backend):
+    """NaN in an input makes every output it reads NaN; +-Inf quantize to the extreme levels."""
+    graph = golden_graph(True, False)
+    session = Session(graph, backend=backend)
+    y = session.run({"x": np.array([[0.5, np.nan, 2.3, -1.0, 0.0]], np.float32)})["y"]
+    assert np.isnan(y).all()
+    y_inf = session.run({"x": np.array([[0.5, np.inf, 2.3, -np.inf, 0.0]], np.float32)})["y"]
+    y_ext = session.run({"x": np.array([[0.5, 1e9, 2.3, -1e9, 0.0]], np.float32)})["y"]
+    np.testing.assert_allclose(y_inf, y_ext, rtol=1e-6)
+    assert np.isfinite(y_inf).all()

@@ -156,22 +156,23 @@ def fit_weight_basis(w: np.ndarray, bits: int, iters: int = 20) -> tuple[np.ndar
     beta = (2 * sigma / ((1 << bits) - 1))[:, None] * (2.0 ** np.arange(bits))[None, :]
     best_beta, best_err = beta, np.full(w.shape[0], np.inf)
     for step in range(iters + 1):
-        err = np.sum((decode_weights(_weight_codes(w, beta), beta).astype(np.float64) - w) ** 2, axis=1)
+        codes = _weight_codes(w, beta)
+        err = np.sum((decode_weights(codes, beta).astype(np.float64) - w) ** 2, axis=1)
         better = err < best_err
         best_beta = np.where(better[:, None], beta, best_beta)
         best_err = np.minimum(err, best_err)
         if step < iters:
-            beta = weight_step(w, beta)
+            beta = weight_step(w, beta, codes)
     best_beta = np.sort(best_beta, axis=1).astype(np.float32)
     return best_beta, _weight_codes(w, best_beta)
 
 
-def weight_step(w: np.ndarray, beta: np.ndarray) -> np.ndarray:
+def weight_step(w: np.ndarray, beta: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray:
     """One QEM alternation for per-channel weight bases (O, K): nearest-level codes of ``w``
-    (O, N), then each channel's least-squares basis for them (absolute values, sorted: a negative
-    value is a flipped plane). float64."""
+    (O, N) (``codes``, when the caller has them already), then each channel's least-squares basis
+    for them (absolute values, sorted: a negative value is a flipped plane). float64."""
     bits = beta.shape[1]
-    codes = _weight_codes(np.asarray(w, dtype=np.float64), beta)
+    codes = _weight_codes(np.asarray(w, dtype=np.float64), beta) if codes is None else codes
     signs = 2.0 * ((codes[..., None] >> np.arange(bits)) & 1) - 1.0  # (O, N, K)
     gram = np.einsum("onk,onl->okl", signs, signs)
     rhs = np.einsum("onk,on->ok", signs, np.asarray(w, dtype=np.float64))
@@ -207,24 +208,28 @@ def fit_activation_basis(values: np.ndarray, bits: int, *, nonnegative: bool | N
     for step in range(iters + 1):
         levels = activation_levels(alpha, offset)
         thresholds, codes = level_table(levels)
-        err = float(np.sum((levels[encode_nearest(x32, thresholds, codes)].astype(np.float64) - x) ** 2))
+        code = encode_nearest(x32, thresholds, codes)
+        err = float(np.sum((levels[code].astype(np.float64) - x) ** 2))
         if err < best_err:
             best, best_err = (alpha, offset), err
         if step < iters:
-            alpha, offset = activation_step(x, alpha, offset, nonnegative)
+            alpha, offset = activation_step(x, alpha, offset, nonnegative, code)
     alpha, offset = best
     order = np.argsort(alpha, kind="stable")
     return np.asarray(alpha, dtype=np.float64)[order].astype(np.float32), float(np.float32(offset))
 
 
-def activation_step(x: np.ndarray, alpha: np.ndarray, offset: float, nonnegative: bool) -> tuple[np.ndarray, float]:
+def activation_step(x: np.ndarray, alpha: np.ndarray, offset: float, nonnegative: bool,
+                    code: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """One QEM alternation for a layer's activation basis on finite values ``x`` (1-D):
-    nearest-level codes, then the least-squares alpha (and offset unless ``nonnegative``; negative
-    alphas folded into the offset, or clipped at 0 when it is fixed). Unchanged when every value
-    sits on the lowest level (nothing to fit)."""
+    nearest-level codes (``code``, when the caller has them already), then the least-squares alpha
+    (and offset unless ``nonnegative``; negative alphas folded into the offset, or clipped at 0
+    when it is fixed). Unchanged when every value sits on the lowest level (nothing to fit)."""
     alpha = np.asarray(alpha, dtype=np.float64)
-    thresholds, codes = level_table(activation_levels(alpha, offset))
-    design = _bits_of(alpha.size)[encode_nearest(np.asarray(x, np.float32), thresholds, codes)]  # (S, K) 0/1
+    if code is None:
+        thresholds, codes = level_table(activation_levels(alpha, offset))
+        code = encode_nearest(np.asarray(x, np.float32), thresholds, codes)
+    design = _bits_of(alpha.size)[code]  # (S, K) 0/1
     if not np.any(design):
         return alpha, offset
     if not nonnegative:

@@ -30,6 +30,29 @@ def quantizer_of(graph: Graph, node: Node) -> Node | None:
     return producer if producer is not None and producer.op == "LQQuantize" else None
 
 
+def bitwise_reader(graph: Graph, quantizer: Node) -> Node | None:
+    """The LQ layer a quantizer can be fused into, or None: its output's only reader, reading it
+    as input 0 and nowhere else, not a graph output, a Conv (2-D, groups 1) or a Gemm (transB, no
+    transA) with constant :class:`~edgesdk.compress.encodings.LQBinary` weights. The one structural
+    rule every backend's bitwise product starts from; each adds its kernels' own limits."""
+    if quantizer.op != "LQQuantize" or len(quantizer.outputs) != 1:
+        return None
+    out = quantizer.outputs[0]
+    readers = graph.consumers().get(out, [])
+    if out in graph.outputs or len(readers) != 1:
+        return None
+    layer = readers[0]
+    if layer.op not in LQ_OPS or len(layer.inputs) < 2 or layer.inputs[0] != out or out in layer.inputs[1:]:
+        return None
+    weights = graph.tensors.get(layer.inputs[1])
+    if weights is None or weights.encoding is None or weights.encoding.kind != "lq":
+        return None
+    if layer.op == "Conv":
+        return layer if layer.attrs["group"] == 1 and len(graph.tensors[out].shape) == 4 else None
+    a = layer.attrs
+    return layer if a["transB"] and not a.get("transA") and len(graph.tensors[out].shape) == 2 else None
+
+
 def insert_quantizer(graph: Graph, node: Node, alpha: np.ndarray, offset: float) -> Node:
     """Put an LQQuantize of basis ``alpha`` and ``offset`` in front of ``node``'s input 0 (a new
     tensor, so other readers of the input keep the float values), just before ``node``."""

@@ -58,7 +58,7 @@ from .finetune import (DEFAULT_BATCH, DEFAULT_DISTILL, DEFAULT_TEMPERATURE, DEFA
                        check_trainable, module_accuracy, train)
 from .lq_layers import LQ_OPS, insert_quantizer
 from .recipe import LayerSettings, Recipe
-from .torch_bridge import GraphModule, write_back
+from .torch_bridge import GraphModule, straight_through, write_back
 
 # Defaults chosen on the default digits model (tools/lq_accuracy.py measures them).
 DEFAULT_LQ_EPOCHS = 30  # 15 epochs: 98.61-99.17% at 2w2a; about 10 s per run on one core
@@ -119,26 +119,6 @@ def _nearest(x: torch.Tensor, levels: np.ndarray, thresholds: np.ndarray, codes:
     for t in range(bounds.shape[1]):  # 2^K - 1 passes over the matrix (as encode_nearest), no (O, N, 2^K) temporary
         index += x > bounds[:, t: t + 1]
     return torch.gather(ordered, 1, index)
-
-
-class _StraightThrough(torch.autograd.Function):
-    """Forward: ``q`` exactly (not ``x + (q - x)``, which rounds); backward: the gradient to ``x``
-    times ``mask`` (1 where it passes, 0 where it is clipped; None: everywhere)."""
-
-    @staticmethod
-    def forward(ctx, x, q, mask):
-        ctx.save_for_backward(mask)
-        ctx.has_mask = mask is not None
-        return q.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        (mask,) = ctx.saved_tensors
-        return (grad * mask if ctx.has_mask else grad), None, None
-
-
-def straight_through(x: torch.Tensor, q: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    return _StraightThrough.apply(x, q.detach(), mask)
 
 
 class LQWeightQuantizer(nn.Module):

@@ -37,6 +37,29 @@ TRAINABLE_OPS = ("Conv", "Gemm")
 TORCH_OPS = frozenset(name for name, spec in OPS.items() if spec.runs and spec.torch is not None)
 
 
+class _StraightThrough(torch.autograd.Function):
+    """Forward: ``q`` exactly (not ``x + (q - x).detach()``, which rounds and turns +-Inf into
+    NaN); backward: the gradient to ``x`` times ``mask`` (1 where it passes, 0 where it is clipped;
+    None: everywhere)."""
+
+    @staticmethod
+    def forward(ctx, x, q, mask):
+        ctx.save_for_backward(mask)
+        ctx.has_mask = mask is not None
+        return q.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return (grad * mask if ctx.has_mask else grad), None, None
+
+
+def straight_through(x: torch.Tensor, q: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """A quantizer's output ``q`` whose gradient passes straight through to ``x`` (the STE of
+    LQ-Nets and of quantization-aware training), where ``mask`` is 1."""
+    return _StraightThrough.apply(x, q.detach(), mask)
+
+
 def trainable_tensors(graph: Graph) -> list[str]:
     """Names of the constant weights and biases of every Conv and Gemm (each once, graph order)."""
     names: list[str] = []

@@ -67,19 +67,5 @@ def _lq_torch(m, node, x):
     sorted_levels = torch.as_tensor(levels[codes], dtype=x.dtype, device=x.device)
     index = torch.bucketize(x, torch.as_tensor(thresholds, dtype=x.dtype, device=x.device), right=False)
     q = torch.where(torch.isnan(x), x, sorted_levels[index])
-    return _straight_through()(x, q)
-
-
-def _straight_through():
-    """y = q in the forward pass, dy/dx = 1 (``x + (q - x).detach()`` would turn +-Inf into NaN)."""
-    import torch
-
-    class StraightThrough(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, q):
-            return q.clone()
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad, None
-    return StraightThrough.apply
+    from ..compress.torch_bridge import straight_through  # torch lowerings run inside the bridge
+    return straight_through(x, q)

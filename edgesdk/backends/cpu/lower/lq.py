@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....compress.encodings import LQBinary
+from ....compress.lq_layers import bitwise_reader
 from ....graph import Node
 from ....ops.lq import level_table
 from ..program import NCHW, NHWC, Builder, Runner, Views
@@ -21,38 +22,25 @@ from .base import fused_act, lowering
 
 
 def bitwise_layer(node: Node, b: Builder) -> bool:
-    """Whether ``node`` (a Conv / Gemm) runs as a bitwise product with its quantizer fused: LQ
-    weights, a float32 session, an LQQuantize writing its input for it alone, and a shape the
-    native kernels take."""
+    """Whether ``node`` (a Conv / Gemm) runs as a bitwise product with its quantizer fused: the
+    graph's fusion rule (:func:`~edgesdk.compress.lq_layers.bitwise_reader`), a float32 session,
+    the native kernels, and Gemm's alpha 1."""
     from .... import _native
     if b.precision != "fp32" or not hasattr(_native, "LQGemm"):
         return False
-    wt = b.graph.tensors.get(node.inputs[1])
-    if wt is None or not isinstance(wt.encoding, LQBinary):
+    wt = b.graph.tensors.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if wt is None or not isinstance(wt.encoding, LQBinary):  # most layers: decided without a graph walk
         return False
-    producer = b.graph.producers().get(node.inputs[0])
-    if producer is None or producer.op != "LQQuantize":
+    quantizer = b.graph.producers().get(node.inputs[0])
+    if quantizer is None or bitwise_reader(b.graph, quantizer) is not node:
         return False
-    readers = b.graph.consumers().get(node.inputs[0], [])
-    if len(readers) != 1 or node.inputs[0] in b.graph.outputs:
-        return False
-    if node.op == "Conv":
-        return node.attrs["group"] == 1 and len(b.shape(node.inputs[0])) == 4
-    if node.op == "Gemm":
-        return bool(node.attrs["transB"]) and not node.attrs.get("transA") and float(node.attrs["alpha"]) == 1.0 \
-            and len(b.shape(node.inputs[0])) == 2
-    return False
-
-
-def _sole_reader(node: Node, b: Builder) -> Node | None:
-    readers = b.graph.consumers().get(node.outputs[0], [])
-    return readers[0] if len(readers) == 1 else None
+    return node.op == "Conv" or float(node.attrs["alpha"]) == 1.0
 
 
 @lowering("LQQuantize")
 def lq_quantize(node: Node, b: Builder) -> None:
     x_name, y_name = node.inputs[0], node.outputs[0]
-    reader = _sole_reader(node, b)
+    reader = bitwise_reader(b.graph, node)
     layout = b.stored_layout(x_name)
     if reader is not None and bitwise_layer(reader, b):
         b.alias(y_name, b.read(x_name, layout), layout)
@@ -96,27 +84,25 @@ def conv_bitwise(node: Node, b: Builder, enc: LQBinary, bias: np.ndarray | None)
     tables = _quantizer_tables(node, b)
     channels = b.shape(node.inputs[0])[1]
     a = node.attrs
-    make = lambda: _native.LQConv(enc.planes, enc.basis, channels, tuple(enc.shape[2:]), bias=bias, **tables)  # noqa: E731
+    # the packed layer is read-only (each run allocates its own scratch): every arena shares it
+    plan = _native.LQConv(enc.planes, enc.basis, channels, tuple(enc.shape[2:]), bias=bias, **tables)
     geometry = {"stride": tuple(a["strides"]), "dilation": tuple(a["dilations"]), "pads": list(a["pads"])}
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
     act, threads = fused_act(node), b.threads_for(node)
-    kernel = make().kernel
-    # one plan per arena: concurrent runs never share a plan's state
-    b.emit(node, "native", lambda v: _bind_run(make(), v[x], v[y], act, threads, **geometry),
-           _describe(enc, tables, kernel))
+    b.emit(node, "native", lambda v: _bind_run(plan, v[x], v[y], act, threads, **geometry),
+           _describe(enc, tables, plan.kernel))
 
 
 def gemm_bitwise(node: Node, b: Builder, enc: LQBinary, bias: np.ndarray | None) -> None:
     """An LQ Gemm (transB weights (out, in)) on the rows' bit-planes."""
     from .... import _native
     tables = _quantizer_tables(node, b)
-    make = lambda: _native.LQGemm(enc.planes, enc.basis, enc.cols, bias=bias, **tables)  # noqa: E731
+    plan = _native.LQGemm(enc.planes, enc.basis, enc.cols, bias=bias, **tables)  # read-only, shared
     x = b.read(node.inputs[0], NCHW)
     y = b.write(node.outputs[0], NCHW)
     act, threads = fused_act(node), b.threads_for(node)
-    kernel = make().kernel
-    b.emit(node, "native", lambda v: _bind_run(make(), v[x], v[y], act, threads), _describe(enc, tables, kernel))
+    b.emit(node, "native", lambda v: _bind_run(plan, v[x], v[y], act, threads), _describe(enc, tables, plan.kernel))
 
 
 def _bind_run(plan, x: np.ndarray, y: np.ndarray, act, threads: int, **geometry) -> Runner:

@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from ....compress.lq import words_for
+from ....compress.lq_layers import bitwise_reader
 from ....graph import Graph, Node
 from ....ops.lq import level_table
 from ..kernels import DeviceBuffer, Launch, LoweringContext, NotLowerable, activation_defines, ceil_div, kernel, \
@@ -39,22 +40,11 @@ def fused_layer(graph: Graph, quantizer: Node) -> Node | None:
     """The Conv / Gemm an LQQuantize is fused into, or None where it runs on its own. Pure in the
     graph (the backend's memory plan and both lowerings ask it and must agree), and conservative:
     every case the fused lowering could refuse is left unfused."""
-    if quantizer.op != "LQQuantize" or len(quantizer.outputs) != 1:
+    layer = bitwise_reader(graph, quantizer)
+    if layer is None:
         return None
-    out = quantizer.outputs[0]
     source = quantizer.inputs[0]
-    if out in graph.outputs or graph.tensors[source].is_constant or graph.tensors[source].dtype != np.float32:
-        return None
-    readers = graph.consumers().get(out, [])
-    if len(readers) != 1:
-        return None
-    layer = readers[0]
-    if layer.op not in ("Conv", "Gemm") or layer.inputs[0] != out or out in layer.inputs[1:]:
-        return None
-    if len(layer.inputs) < 2 or not graph.tensors[layer.inputs[1]].is_constant:
-        return None
-    enc = graph.tensors[layer.inputs[1]].encoding
-    if enc is None or enc.kind != "lq":
+    if graph.tensors[source].is_constant or graph.tensors[source].dtype != np.float32:
         return None
     bias = layer.input(2)
     if bias and not _float_constant(graph, bias):
@@ -63,19 +53,10 @@ def fused_layer(graph: Graph, quantizer: Node) -> Node | None:
         activation_defines(layer.attrs.get("fused_activation"))
     except NotLowerable:
         return None
-    x_shape = graph.tensors[out].shape
-    y_shape = graph.tensors[layer.outputs[0]].shape
-    if layer.op == "Conv":
-        if len(x_shape) != 4 or layer.attrs["group"] != 1:
+    if layer.op == "Gemm" and bias and layer.attrs["beta"] != 0.0:
+        c_shape = graph.tensors[bias].shape
+        if math.prod(c_shape) != graph.tensors[layer.outputs[0]].shape[1] or (len(c_shape) == 2 and c_shape[0] != 1):
             return None
-    else:
-        a = layer.attrs
-        if len(x_shape) != 2 or a["transA"] or not a["transB"]:
-            return None
-        if bias and a["beta"] != 0.0:
-            c_shape = graph.tensors[bias].shape
-            if math.prod(c_shape) != y_shape[1] or (len(c_shape) == 2 and c_shape[0] != 1):
-                return None
     return layer
 
 
