@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -52,17 +53,24 @@ struct PyClusteredConvPlan {
 };
 
 // run() of a convolution plan binding (PyConvPlan, PyClusteredConvPlan): NHWC x and out of the
-// plan's shapes, the GIL released while the kernels run.
+// plan's shapes, the GIL released while the kernels run. ConvPlan also takes channel slices of
+// wider NHWC buffers (nhwc_pixel_stride): it reads and writes them in place.
 template <class Plan>
 void run_plan(Plan& p, const py::array& x, py::array& out, const std::string& act, std::optional<float> alpha,
               std::optional<float> beta, size_t threads) {
-  expect_shape(x, {p.n, p.h, p.w, p.c}, "x");
-  expect_shape(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out");
-  const float* xp = in_f32(x, "x");
-  float* op = out_f32(out, "out");
+  const size_t in_stride = nhwc_pixel_stride(x, {p.n, p.h, p.w, p.c}, "x", false);
+  const size_t out_stride = nhwc_pixel_stride(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out", true);
+  const float* xp = static_cast<const float*>(x.data());
+  float* op = static_cast<float*>(out.mutable_data());
   const k::Activation ac = make_act(act, alpha, beta);
-  py::gil_scoped_release release;
-  p.plan.run(xp, op, ac, threads);
+  if constexpr (std::is_same_v<Plan, PyConvPlan>) {
+    py::gil_scoped_release release;
+    p.plan.run(xp, op, ac, threads, in_stride, out_stride);
+  } else {  // the clustered plan reads and writes whole pixels only
+    if (in_stride != p.c || out_stride != p.weights->n) throw py::value_error("x and out must be C-contiguous");
+    py::gil_scoped_release release;
+    p.plan.run(xp, op, ac, threads);
+  }
 }
 
 }  // namespace

@@ -53,6 +53,26 @@ inline void expect_shape(const py::array& a, const std::vector<size_t>& want, co
   }
 }
 
+// An (N, H, W, C) float32 array of shape ``want`` whose pixels are evenly spaced with the channels
+// contiguous in each: C-contiguous, or a channel slice of a wider NHWC buffer (the part of a
+// channel Concat a convolution writes in place, a group of a grouped convolution). Returns the
+// pixel stride in floats (>= C), so that kernels taking in_stride / out_stride read it in place.
+inline size_t nhwc_pixel_stride(const py::array& a, const std::vector<size_t>& want, const char* name, bool writable) {
+  expect_shape(a, want, name);
+  if (!a.dtype().is(py::dtype::of<float>()))
+    throw py::value_error(std::string(name) + ": expected dtype float32, got " + std::string(py::str(a.dtype())));
+  if (writable && !a.writeable()) throw py::value_error(std::string(name) + ": must be writable");
+  const auto item = static_cast<py::ssize_t>(sizeof(float));
+  if (a.flags() & py::array::c_style) return want[3];
+  const py::ssize_t c_step = a.strides(3), pixel = a.strides(2);
+  const auto n = static_cast<py::ssize_t>(want[0]), h = static_cast<py::ssize_t>(want[1]),
+             w = static_cast<py::ssize_t>(want[2]), c = static_cast<py::ssize_t>(want[3]);
+  const bool ok = (c_step == item || c == 1) && pixel > 0 && pixel % item == 0 && pixel / item >= c &&
+                  (a.strides(1) == w * pixel || h == 1) && (a.strides(0) == h * w * pixel || n == 1);
+  if (!ok) throw py::value_error(std::string(name) + ": must be C-contiguous or a channel slice of an NHWC buffer");
+  return static_cast<size_t>(pixel / item);
+}
+
 // (N, C, H, W) or (N, C, HW) float32, C-contiguous: (N, channels, pixels).
 inline std::tuple<size_t, size_t, size_t> chw(const py::array& a, const char* name, bool writable) {
   if (!a.dtype().is(py::dtype::of<float>()))

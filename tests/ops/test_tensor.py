@@ -323,6 +323,47 @@ def test_concat_of_conv_outputs(target, axis: int) -> None:
     target.check(model, _x((1, 3, 5, 6)))
 
 
+# Concats whose inputs the cpu backend's convolutions write in place (Builder.write_nhwc_part):
+# e1 = Relu(Conv1x1(x) + b), e3 = Conv3x3(x), r = Relu(x), const; z = Conv1x1(Concat(parts)).
+# name: (x shape, channels of e1 and e3, concat inputs, convolutions writing in place on cpu,
+#        the Concat left as a view on cpu)
+FIRE_CASES = {
+    # SqueezeNet's fire module: both expands write their channel slices, the Concat copies nothing
+    "fire": ((1, 8, 7, 9), (5, 6), ["e1", "e3"], 2, True),
+    # batch 2 (the slices' pixel stride spans images); the 3x3 expand runs Winograd (16 -> 16, 16 tiles)
+    "fire_batch2_winograd": ((2, 16, 16, 16), (16, 16), ["e3", "e1"], 2, True),
+    # a constant and a non-conv input are copied into their slices, the two convs write theirs
+    "with_constant_and_relu": ((1, 4, 6, 6), (3, 5), ["e1", "const", "e3", "r"], 2, False),
+    # the same tensor twice cannot be written into two slices: e1 gets a buffer and is copied
+    "twice": ((1, 4, 5, 5), (3, 2), ["e1", "e3", "e1"], 1, False),
+}
+
+
+@pytest.mark.parametrize("case", FIRE_CASES)
+def test_concat_of_convolutions_written_in_place(target, case: str) -> None:
+    shape, (c1, c3), parts, in_place, view = FIRE_CASES[case]
+    n, c, h, w = shape
+    channels = {"e1": c1, "e3": c3, "r": c, "const": 2}
+    constants = {"w1": R.standard_normal((c1, c, 1, 1)).astype(np.float32) * 0.3,
+                 "b1": R.standard_normal(c1).astype(np.float32),
+                 "w3": R.standard_normal((c3, c, 3, 3)).astype(np.float32) * 0.2,
+                 "wn": R.standard_normal((4, sum(channels[p] for p in parts), 1, 1)).astype(np.float32) * 0.2}
+    nodes = [oh.make_node("Conv", ["x", "w1", "b1"], ["c1"]), oh.make_node("Relu", ["c1"], ["e1"]),
+             oh.make_node("Conv", ["x", "w3"], ["e3"], pads=[1, 1, 1, 1])]
+    if "r" in parts:
+        nodes.append(oh.make_node("Relu", ["x"], ["r"]))
+    if "const" in parts:
+        constants["const"] = R.standard_normal((n, 2, h, w)).astype(np.float32)
+    nodes += [oh.make_node("Concat", parts, ["y"], axis=1), oh.make_node("Conv", ["y", "wn"], ["z"])]
+    model = _model(nodes, shape, ["z"], constants)
+    target.check(model, _x(shape))
+    if target.backend == "cpu" and target.precision == "fp32":
+        steps = target.session(model)._impl.steps
+        concat = next(s for s in steps if s.op == "Concat")
+        assert (concat.placement == "view") == view, concat
+        assert sum("written into its Concat's channels" in s.note for s in steps) == in_place, [s.note for s in steps]
+
+
 # -- DepthToSpace and SpaceToDepth ---------------------------------------------------------------------
 DEPTH_CASES = {
     # name: (op, x shape, blocksize, mode or None, opset)

@@ -70,16 +70,40 @@ def storage_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
 class Slot:
     """A tensor stored in (part of) a buffer: its logical (graph) shape, its layout and its dtype
     (float32, or int64 for index outputs such as ArgMax's), from byte ``offset`` of the buffer on
-    (a view such as a Slice of the outermost axis starts inside its source's buffer)."""
+    (a view such as a Slice of the outermost axis starts inside its source's buffer).
+
+    ``pixel_stride`` (NHWC only; 0 = the tensor's own channel count) is set on the inputs of a
+    channel Concat that their producer writes in place: the tensor is then a channel slice of the
+    Concat's buffer, ``pixel_stride`` elements from one pixel to the next."""
     buffer: Block
     shape: tuple[int, ...]
     layout: str
     dtype: np.dtype = np.dtype(np.float32)
     offset: int = 0
+    pixel_stride: int = 0
 
     @property
     def storage_shape(self) -> tuple[int, ...]:
         return storage_shape(self.shape, self.layout)
+
+    @property
+    def is_channel_slice(self) -> bool:
+        return bool(self.pixel_stride) and self.pixel_stride != self.shape[1]
+
+
+def slot_array(memory: np.ndarray, start: int, slot: Slot) -> np.ndarray:
+    """The storage of ``slot`` whose first element is at byte ``start`` of ``memory``: a
+    C-contiguous array of its dtype and storage shape, or for a channel slice the strided view
+    (contiguous channels, evenly spaced pixels) that ConvPlan.run reads and writes in place."""
+    shape = slot.storage_shape
+    if not slot.is_channel_slice:
+        count = math.prod(shape)
+        return memory[start: start + slot.dtype.itemsize * count].view(slot.dtype).reshape(shape)
+    n, h, w, c = shape
+    item, stride = slot.dtype.itemsize, slot.pixel_stride
+    span = ((n * h * w - 1) * stride + c) * item
+    flat = memory[start: start + span].view(slot.dtype)
+    return np.lib.stride_tricks.as_strided(flat, shape, (h * w * stride * item, w * stride * item, stride * item, item))
 
 
 class Views:
@@ -89,10 +113,9 @@ class Views:
         self._arena = arena
 
     def __getitem__(self, slot: Slot) -> np.ndarray:
-        """The slot's storage: a C-contiguous array of its dtype and storage shape."""
-        count = math.prod(slot.storage_shape)
-        start = slot.buffer.offset + slot.offset
-        return self._arena[start: start + slot.dtype.itemsize * count].view(slot.dtype).reshape(slot.storage_shape)
+        """The slot's storage: a C-contiguous array of its dtype and storage shape (strided for a
+        channel slice, see :class:`Slot`)."""
+        return slot_array(self._arena, slot.buffer.offset + slot.offset, slot)
 
     def logical(self, slot: Slot) -> np.ndarray:
         """The slot in graph order (a transposed view for NHWC storage)."""
@@ -127,6 +150,8 @@ class Builder:
         self._pending_reads: list[Block] = []
         self._pending_writes: list[Block] = []
         self.inputs: dict[str, Slot] = {}
+        # Concat output -> the NHWC buffer its inputs were written into (write_nhwc_part)
+        self._concat_buffers: dict[str, Slot] = {}
 
     # -- graph inputs ---------------------------------------------------------------------------
     def define_input(self, name: str, layout: str = NCHW) -> Slot:
@@ -197,10 +222,51 @@ class Builder:
         shape = self.shape(name)
         if len(shape) != 4:
             layout = NCHW
-        slot = self._new_slot(shape, layout, first=len(self.steps), dtype=self.graph.tensors[name].dtype)
+        slot = self._concat_buffers.pop(name, None) if layout == NHWC else None
+        if slot is None:  # (else a Concat whose inputs were written into it, see write_nhwc_part)
+            slot = self._new_slot(shape, layout, first=len(self.steps), dtype=self.graph.tensors[name].dtype)
         self._stored[name] = {layout: slot}
         self._pending_writes.append(slot.buffer)
         return slot
+
+    def write_nhwc_part(self, name: str) -> Slot:
+        """``name`` in NHWC for a producer that writes channel slices in place (ConvPlan.run takes
+        a pixel stride): a slice of its Concat's buffer when that Concat (channels, 4-D, NHWC) is
+        its only reader, so that the Concat copies nothing (SqueezeNet's fire modules, Inception
+        branches); else a buffer of its own, as :meth:`write`. The Concat's buffer is made by its
+        first such producer and becomes the Concat's output when the Concat writes it."""
+        target = self._concat_target(name)
+        if target is None:
+            return self.write(name, NHWC)
+        concat, channel = target
+        out = concat.outputs[0]
+        whole = self._concat_buffers.get(out)
+        if whole is None:
+            whole = self._concat_buffers[out] = self._new_slot(self.shape(out), NHWC, first=len(self.steps))
+        total = self.shape(out)[1]
+        slot = Slot(whole.buffer, self.shape(name), NHWC, whole.dtype, channel * whole.dtype.itemsize, total)
+        self._stored[name] = {NHWC: slot}
+        self._pending_writes.append(slot.buffer)
+        return slot
+
+    def _concat_target(self, name: str) -> tuple[Node, int] | None:
+        """(the Concat, the first channel of ``name`` in it) when ``name`` can be written in place."""
+        readers = self.readers(name)
+        shape = self.shape(name)
+        if (len(readers) != 1 or readers[0].op != "Concat" or name in self.graph.outputs or len(shape) != 4
+                or self.graph.tensors[name].dtype != np.float32):
+            return None
+        concat = readers[0]
+        out = concat.outputs[0]
+        if (concat.attrs["axis"] != 1 or concat.inputs.count(name) != 1 or out in self._stored
+                or same_bytes_in_both_layouts(self.shape(out))):
+            return None
+        channel = 0
+        for other in concat.inputs:
+            if other == name:
+                return concat, channel
+            channel += self.shape(other)[1]
+        return None
 
     def alias(self, name: str, source: Slot, layout: str = NCHW, offset: int = 0) -> Slot:
         """``name`` is a view of ``source``'s bytes (Reshape, layout-preserving Transpose), or of

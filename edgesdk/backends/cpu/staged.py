@@ -52,7 +52,7 @@ from ...runtime.plan import ExecutionPlan, make_plan
 from ..base import Backend
 from .backend import CPUBackend, _step_info
 from .lower import LOWERINGS
-from .program import NCHW, Binder, Builder, Runner, Slot, Views
+from .program import NCHW, Binder, Builder, Runner, Slot, Views, slot_array
 from .threads import physical_cores
 
 CACHE_ENV = "EDGESDK_CACHE_DIR"
@@ -90,9 +90,7 @@ class _StageViews(Views):
         memory = self._external.get(id(slot.buffer))
         if memory is None:
             return super().__getitem__(slot)
-        count = math.prod(slot.storage_shape)
-        return memory[slot.offset: slot.offset + slot.dtype.itemsize * count].view(slot.dtype).reshape(
-            slot.storage_shape)
+        return slot_array(memory, slot.offset, slot)
 
 
 @dataclass

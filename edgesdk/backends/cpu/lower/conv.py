@@ -55,16 +55,19 @@ def conv(node: Node, b: Builder) -> None:
     matrix, how = W.stored_matrix(wt)
     packed = W.pack_dense(k, W.conv_columns(matrix), bias, b.precision)
     x = b.read(x_name, NHWC)
-    y = b.write(node.outputs[0], NHWC)
+    act, threads = fused_act(node), b.threads_for(node)
+    separate_act = act[0] in POST_PASS_ACTIVATIONS and out_channels < packed.nr
+    y = b.write(node.outputs[0], NHWC) if separate_act else b.write_nhwc_part(node.outputs[0])
     geometry = _conv_geometry(node)
     # A ConvPlan caches per-call state (indirection buffer, fp16 input copy): one per arena. It
     # picks Winograd F(4x4, 3x3) for the 3x3 stride-1 layers it wins on (EDGESDK_CPU_WINOGRAD=0:
     # never; cpu_native/src/kernels/operators.h); the first plan transforms the weights, once.
     new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(wt.shape[2:]), **geometry)
-    act, threads = fused_act(node), b.threads_for(node)
     plan = new_plan()
     kind = f"{_CONV_KIND[plan.algorithm]}, {how}, {' + '.join(plan.kernel_names)}"
-    if act[0] in POST_PASS_ACTIVATIONS and out_channels < packed.nr:
+    if y.is_channel_slice:
+        kind += ", written into its Concat's channels"
+    if separate_act:
         # Narrow outputs (LeNet's first conv): the kernel's per-tile activation pass would run
         # on rows of a few channels; one pass over the whole output is cheaper.
         b.emit(node, "native", lambda v: then_activate(partial(new_plan().run, v[x], v[y], *NO_ACT, threads), v[y],
@@ -192,7 +195,8 @@ def _conv_depthwise_chw(node: Node, b: Builder, bias: np.ndarray | None, dw: np.
 
 
 def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
-    """Groups as separate convolutions over channel slices, copied in and out of scratch."""
+    """Groups as separate convolutions, each reading and writing its channel slices in place
+    (ConvPlan.run takes a pixel stride)."""
     k = native_kernels()
     wt = b.graph.tensors[node.inputs[1]]
     group = node.attrs["group"]
@@ -202,8 +206,6 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     cg, og = c // group, o // group
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
-    xg = b.scratch((n, h, w_, cg))
-    yg = b.scratch((n, oh, ow, og))
     geometry = _conv_geometry(node)
     new_plans = []  # ConvPlans are made per arena (see conv)
     for i in range(group):
@@ -215,15 +217,13 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     act, threads = fused_act(node), b.threads_for(node)
 
     def bind(v: Views) -> Runner:
-        xs, ys, xbuf, ybuf = v[x], v[y], v[xg], v[yg]
-        plans = [new_plan() for new_plan in new_plans]
-        parts = [(xs[..., i * cg:(i + 1) * cg], plan, ys[..., i * og:(i + 1) * og]) for i, plan in enumerate(plans)]
+        xs, ys = v[x], v[y]
+        runs = [partial(new_plan().run, xs[..., i * cg:(i + 1) * cg], ys[..., i * og:(i + 1) * og], *act, threads)
+                for i, new_plan in enumerate(new_plans)]
 
         def run() -> None:
-            for x_part, plan, y_part in parts:
-                np.copyto(xbuf, x_part)
-                plan.run(xbuf, ybuf, *act, threads)
-                np.copyto(y_part, ybuf)
+            for group_run in runs:
+                group_run()
         return run
     b.emit(node, "native", bind, f"{group} groups, {how}")
 

@@ -47,19 +47,26 @@ def concat(node: Node, b: Builder) -> None:
     sizes = [b.shape(n)[axis] for n in names]
     act, threads = fused_act(node), b.threads_for(node)
 
+    # Inputs their producer wrote into their slice of this output (Builder.write_nhwc_part).
+    in_place = [isinstance(src, Slot) and src.buffer is y.buffer for src in sources]
+    if all(in_place) and act[0] == "none":
+        return _mark_view(node, b, "its inputs were written into their channel slices")
+
     def bind(v: Views) -> Runner:
         dst = v.logical(y)
         copies, start = [], 0
-        for src, size in zip(sources, sizes):
+        for src, size, done in zip(sources, sizes, in_place):
             index = (slice(None),) * axis + (slice(start, start + size),)
-            copies.append(partial(np.copyto, dst[index], v.logical(src) if isinstance(src, Slot) else src))
+            if not done:
+                copies.append(partial(np.copyto, dst[index], v.logical(src) if isinstance(src, Slot) else src))
             start += size
 
         def run() -> None:
             for copy in copies:
                 copy()
         return then_activate(run, v[y], act, threads)
-    b.emit(node, "numpy", bind, f"copies into {'channel' if nhwc else 'axis'} slices")
+    written = f", {sum(in_place)} of {len(sources)} written in place" if any(in_place) else ""
+    b.emit(node, "numpy", bind, f"copies into {'channel' if nhwc else 'axis'} slices{written}")
 
 
 @lowering("Pad")
