@@ -175,6 +175,10 @@ CASES["GlobalAveragePool"] = (single_node_model("GlobalAveragePool", _pool_x.sha
 CASES["ReduceMean"] = (single_node_model("ReduceMean", _pool_x.shape, axes=[2, 3]), _pool_x, None)
 CASES["MaxPool"] = (single_node_model("MaxPool", _pool_x.shape, kernel_shape=[2, 2], strides=[2, 2]), _pool_x,
                     numpy_max_pool)
+# 101 channels: the cpu pool kernels' blocks of 4, 2 and 1 vectors and a tail, on every level
+_pool_wide = with_specials(1, 101, 4, 6, every=29)
+CASES["MaxPool-101-channels"] = (single_node_model("MaxPool", _pool_wide.shape, kernel_shape=[2, 2], strides=[2, 2]),
+                                 _pool_wide, numpy_max_pool)
 CASES["GlobalMaxPool"] = (single_node_model("GlobalMaxPool", _pool_x.shape), _pool_x,
                           lambda x: x.max(axis=(2, 3), keepdims=True))
 _lrn_x = with_specials(1, 9, 3, 3, every=17)

@@ -27,6 +27,13 @@ POOL_CASES = {
     # 7 -> ceil((7 - 2) / 2) + 1 = 4 windows: the last one hangs one pixel past the input
     "avg_ceil_overhang_include_pad": ("AveragePool", (1, 3, 7, 7), dict(kernel_shape=[2, 2], strides=[2, 2],
                                                                         ceil_mode=1, count_include_pad=1)),
+    # 101 channels: the cpu kernels' blocks of 4, 2 and 1 vectors and a tail, on every level
+    "max_101_channels": ("MaxPool", (2, 101, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "avg_101_channels_include_pad": ("AveragePool", (1, 101, 6, 6), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                                                       count_include_pad=1)),
+    # 17x17 = 289 taps: more than the cpu kernel's tap list holds (its other path)
+    "avg_289_taps": ("AveragePool", (1, 3, 20, 21), dict(kernel_shape=[17, 17], strides=[3, 2], pads=[1, 0, 1, 2])),
+    "max_289_taps": ("MaxPool", (1, 35, 18, 18), dict(kernel_shape=[17, 17], pads=[1, 1, 0, 0])),
     "global_avg": ("GlobalAveragePool", (2, 6, 7, 5), {}),
     "global_max": ("GlobalMaxPool", (1, 6, 7, 5), {}),
     "max_1d": ("MaxPool", (1, 4, 17), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
@@ -71,3 +78,4 @@ def test_pool_of_a_conv_output(target, op: str, attrs: dict) -> None:
     constants = {"w": R.standard_normal((6, 6, 3, 3)).astype(np.float32), "b": R.standard_normal(6).astype(np.float32)}
     model = graph_model(nodes, {"x": (1, 6, 7, 5)}, ["y"], constants)
     target.check(model, {"x": R.standard_normal((1, 6, 7, 5)).astype(np.float32)})
+

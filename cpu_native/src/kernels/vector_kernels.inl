@@ -640,23 +640,68 @@ static inline T window_max(const PoolArgs* a, size_t b, size_t oy, size_t ox, si
   return V::bit_or(m, nan_seen);  // all bits set: a NaN
 }
 
-static void pool_impl(const PoolArgs* a, size_t row_begin, size_t row_end, bool is_max) {
+// Taps the average divides by when count_include_pad: those inside the padded image.
+static inline size_t padded_taps(const PoolArgs* a, size_t oy, size_t ox) {
+  size_t rows = 0, cols = 0;
+  for (size_t ky = 0; ky < a->kh; ++ky)
+    rows += oy * a->stride_h + ky * a->dil_h < a->h + a->pad_top + a->pad_bottom;
+  for (size_t kx = 0; kx < a->kw; ++kx)
+    cols += ox * a->stride_w + kx * a->dil_w < a->w + a->pad_left + a->pad_right;
+  return rows * cols;
+}
+
+// Max or sum of W-channel vectors over a pixel's valid taps, U channel blocks at a time (U
+// independent chains hide the max/add latency: one chain of 9 taps was latency-bound). Max keeps
+// numpy's NaN rule as window_max does (a sum per tap probes for NaN).
+template <size_t U>
+static inline void pool_blocks(const Taps& taps, const float* input, size_t c, size_t n, bool is_max, T* acc) {
+  T probe[U];
+  EDGESDK_UNROLL4 for (size_t u = 0; u < U; ++u) {
+    acc[u] = V::set1(is_max ? -__builtin_inff() : 0.0f);
+    probe[u] = V::set1(0.0f);
+  }
+  for (size_t t = 0; t < taps.count; ++t) {
+    const float* x = input + taps.in_offset[t] + c;
+    EDGESDK_UNROLL4 for (size_t u = 0; u < U; ++u) {
+      const T v = n == U * W ? V::load(x + u * W) : V::load_tail(x + u * W, n > u * W ? n - u * W : 0, 0.0f);
+      if (is_max) {
+        acc[u] = V::max(v, acc[u]);
+        probe[u] = V::add(probe[u], v);
+      } else {
+        acc[u] = V::add(acc[u], v);
+      }
+    }
+  }
+  if (!is_max) return;
+  EDGESDK_UNROLL4 for (size_t u = 0; u < U; ++u) {
+    if (!V::any_nan(probe[u])) continue;
+    T nan_seen = V::set1(0.0f);
+    for (size_t t = 0; t < taps.count; ++t) {
+      const float* x = input + taps.in_offset[t] + c + u * W;
+      const T v = n == U * W ? V::load(x) : V::load_tail(x, n > u * W ? n - u * W : 0, 0.0f);
+      nan_seen = V::bit_or(nan_seen, V::nan_mask(v));
+    }
+    acc[u] = V::bit_or(acc[u], nan_seen);  // all bits set: a NaN
+  }
+}
+
+// Windows of more taps than Taps holds (a large AveragePool): every tap checked per channel block.
+static void pool_wide_window(const PoolArgs* a, size_t row_begin, size_t row_end, bool is_max) {
   const ExpConsts k;
   for (size_t row = row_begin; row < row_end; ++row) {
     const size_t b = row / a->oh, oy = row % a->oh;
     for (size_t ox = 0; ox < a->ow; ++ox) {
       float* out = a->output + ((b * a->oh + oy) * a->ow + ox) * a->out_stride;
-      // Walk the window once per channel block; count taps for the average's divisor.
-      size_t inside = 0, padded = 0;
+      size_t inside = 0;
       for (size_t ky = 0; ky < a->kh; ++ky) {
-        const ptrdiff_t iy = static_cast<ptrdiff_t>(oy * a->stride_h + ky * a->dil_h) - static_cast<ptrdiff_t>(a->pad_top);
+        size_t iy;
+        if (!tap_inside(oy, a->stride_h, ky, a->dil_h, a->pad_top, a->h, &iy)) continue;
         for (size_t kx = 0; kx < a->kw; ++kx) {
-          const ptrdiff_t ix = static_cast<ptrdiff_t>(ox * a->stride_w + kx * a->dil_w) - static_cast<ptrdiff_t>(a->pad_left);
-          inside += iy >= 0 && iy < static_cast<ptrdiff_t>(a->h) && ix >= 0 && ix < static_cast<ptrdiff_t>(a->w);
-          padded += iy < static_cast<ptrdiff_t>(a->h + a->pad_bottom) && ix < static_cast<ptrdiff_t>(a->w + a->pad_right);
+          size_t ix;
+          inside += tap_inside(ox, a->stride_w, kx, a->dil_w, a->pad_left, a->w, &ix);
         }
       }
-      const size_t count = a->count_include_pad ? padded : inside;
+      const size_t count = a->count_include_pad ? padded_taps(a, oy, ox) : inside;
       const T scale = V::set1(count > 0 ? 1.0f / static_cast<float>(count) : 0.0f);
       for (size_t c = 0; c < a->c; c += W) {
         const size_t n = a->c - c < W ? a->c - c : W;
@@ -670,6 +715,45 @@ static void pool_impl(const PoolArgs* a, size_t row_begin, size_t row_end, bool 
         }
         acc = activate(acc, a->act, k);
         if (n == W) V::store(out + c, acc); else V::store_tail(out + c, acc, n);
+      }
+    }
+  }
+}
+
+// The valid taps of each output pixel are found once (not once per channel block), then the
+// channels run 4, 2 or 1 vectors at a time.
+static void pool_impl(const PoolArgs* a, size_t row_begin, size_t row_end, bool is_max) {
+  if (a->kh * a->kw > kMaxTaps) return pool_wide_window(a, row_begin, row_end, is_max);
+  const ExpConsts k;
+  Taps taps;
+  for (size_t row = row_begin; row < row_end; ++row) {
+    const size_t b = row / a->oh, oy = row % a->oh;
+    for (size_t ox = 0; ox < a->ow; ++ox) {
+      float* out = a->output + ((b * a->oh + oy) * a->ow + ox) * a->out_stride;
+      window_taps(b, oy, ox, a->h, a->w, a->kh, a->kw, a->stride_h, a->stride_w, a->dil_h, a->dil_w, a->pad_top,
+                  a->pad_left, a->in_stride, &taps);
+      const size_t count = is_max ? 1 : a->count_include_pad ? padded_taps(a, oy, ox) : taps.count;
+      const T scale = V::set1(count > 0 ? 1.0f / static_cast<float>(count) : 0.0f);
+      auto finish = [&](T acc, float* y, size_t n) {
+        if (!is_max) acc = V::mul(acc, scale);
+        acc = activate(acc, a->act, k);
+        if (n == W) V::store(y, acc); else V::store_tail(y, acc, n);
+      };
+      size_t c = 0;
+      T acc[4];
+      for (; c + 4 * W <= a->c; c += 4 * W) {
+        pool_blocks<4>(taps, a->input, c, 4 * W, is_max, acc);
+        EDGESDK_UNROLL4 for (size_t u = 0; u < 4; ++u) finish(acc[u], out + c + u * W, W);
+      }
+      for (; c + 2 * W <= a->c; c += 2 * W) {
+        pool_blocks<2>(taps, a->input, c, 2 * W, is_max, acc);
+        finish(acc[0], out + c, W);
+        finish(acc[1], out + c + W, W);
+      }
+      for (; c < a->c; c += W) {
+        const size_t n = a->c - c < W ? a->c - c : W;
+        pool_blocks<1>(taps, a->input, c, n, is_max, acc);
+        finish(acc[0], out + c, n);
       }
     }
   }
