@@ -114,6 +114,10 @@ QU8_GEMMS_X2 = {"avx512vnni": "qu8_igemm_8x32c4__avx512vnni", "avx512amx": "qu8_
 # The vpmaddubsw GEMM for weights whose pairs fit int16 (the qu8_igemm_narrow slot, ukernels.h): the
 # levels whose qu8_igemm widens to 16 bits.
 QU8_GEMMS_NARROW = {"avx2": "qu8_igemm_narrow_4x16c4__avx2", "avx512": "qu8_igemm_narrow_8x16c4__avx512skx"}
+# The fp32 GEMM for weights of at most 16 output channels (the igemm_f32w_narrow slot, dispatch.h):
+# the AVX-512 levels, whose igemm_f32w tile is 32 wide.
+F32_GEMMS_NARROW = {"avx512": "f32_igemm_8x16__avx512f", "avx512vnni": "f32_igemm_8x16__avx512f",
+                    "avx512amx": "f32_igemm_8x16__avx512f"}
 # The vpmaddubsw depthwise convolution for weights whose kernel-row pairs fit int16 (the
 # qu8_depthwise_narrow slot, qu8_ukernels.h): avx2 (avx512's 16-bit pairs already halve its taps).
 QU8_DEPTHWISE_NARROW = {"avx2": "qu8_depthwise_narrow_8c__avx2"}
@@ -127,6 +131,7 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
         (CHW_SLOTS if isa != "scalar" else set()) | \
         ({"qu8_igemm_x2"} if isa in QU8_GEMMS_X2 else set()) | \
         ({"qu8_igemm_narrow"} if isa in QU8_GEMMS_NARROW else set()) | \
+        ({"igemm_f32w_narrow"} if isa in F32_GEMMS_NARROW else set()) | \
         ({"qu8_depthwise_narrow"} if isa in QU8_DEPTHWISE_NARROW else set()), (isa, names)
     assert len(set(names.values())) == len(names), f"a kernel name twice in {isa}: {names}"
     for slot, name in names.items():
@@ -144,6 +149,7 @@ def assert_kernel_names(names: dict[str, str], isa: str) -> None:
     assert names["qu8_igemm"] == QU8_GEMMS[isa], names
     assert names.get("qu8_igemm_x2") == QU8_GEMMS_X2.get(isa), names
     assert names.get("qu8_igemm_narrow") == QU8_GEMMS_NARROW.get(isa), names
+    assert names.get("igemm_f32w_narrow") == F32_GEMMS_NARROW.get(isa), names
     assert names.get("qu8_depthwise_narrow") == QU8_DEPTHWISE_NARROW.get(isa), names
     for slot in QU8_SLOTS:
         assert names[slot].startswith(f"qu8_{slot[4:]}_"), (slot, names[slot])
@@ -384,8 +390,10 @@ def test_bindings_kernel_names(kernels):
             base_names = kernels.kernel_names(base)
             assert {s for s in names | base_names if names.get(s) != base_names.get(s)} == changed, (isa, names, base_names)
         if isa in kernels.supported_isas():
-            packed = kernels.pack_gemm(np.ones((3, 4), np.float32), isa=isa)
+            packed = kernels.pack_gemm(np.ones((40, 4), np.float32), isa=isa)
             assert f"x{packed.nr}__" in names["igemm_f32w"] and packed.isa == isa, (names, packed.nr)
+            few = kernels.pack_gemm(np.ones((3, 4), np.float32), isa=isa)  # 3 outputs: the narrow tile if any
+            assert f"x{few.nr}__" in names.get("igemm_f32w_narrow", names["igemm_f32w"]), (names, few.nr)
             qpacked = kernels.pack_qu8_conv(np.full((3, 4), 127, np.int8), None, 0, np.full(3, 1 << 30, np.int32),
                                             np.zeros(3, np.int32), 0, isa=isa)
             assert qpacked.kernel_name == names["qu8_igemm"] and f"x{qpacked.nr}" in qpacked.kernel_name, qpacked

@@ -183,9 +183,7 @@ void register_kernels(py::module_& m) {
                              "(Winograd F(4x4, 3x3)).")
       .def_property_readonly("kernel_names", [](const PyConvPlan& p) {
         const k::KernelTable& t = *p.weights->table;
-        std::vector<std::string> out{p.weights->type == k::WeightType::F16
-                                         ? (p.weights->f16_arith ? t.names.igemm_f16 : t.names.igemm_f16w)
-                                         : t.names.igemm_f32w};
+        std::vector<std::string> out{p.weights->f16_arith ? t.names.igemm_f16 : p.weights->igemm_name()};
         if (p.plan.is_winograd()) {
           out.insert(out.begin(), t.names.winograd_input);
           out.emplace_back(t.names.winograd_output);

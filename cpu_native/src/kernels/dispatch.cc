@@ -183,6 +183,8 @@ constexpr KernelTable kAvxVnniTable = avxvnni_table();
 constexpr KernelTable avx512_table() {
   KernelTable t = base_table(Isa::Avx512, "avx512", kAvx512MR, kAvx512NR, kAvx512Lanes, 16, false);
   EDGESDK_SET(t, igemm_f32w, f32_igemm_8x32__avx512f);
+  EDGESDK_SET(t, igemm_f32w_narrow, f32_igemm_8x16__avx512f);
+  t.gemm_narrow_nr = kAvx512NarrowNR;
   EDGESDK_SET(t, igemm_f16w, f32_f16w_igemm_8x32__avx512f);
   EDGESDK_SET(t, activation, f32_activation_16x__avx512skx);
   EDGESDK_SET(t, depthwise, f32_depthwise_16c__avx512skx);

@@ -29,7 +29,7 @@ enum class Isa { Scalar, Avx2, AvxVnni, Avx512, Avx512Vnni, Avx512Amx, Neon, Neo
 
 // The microkernel slots of a KernelTable, in table order: X(slot) for each.
 #define EDGESDK_KERNEL_SLOTS(X)                                                                      \
-  X(igemm_f32w) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
+  X(igemm_f32w) X(igemm_f32w_narrow) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
   X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(winograd_input) X(winograd_output) \
@@ -51,6 +51,10 @@ struct KernelTable {
   const char* name;  // "scalar", "avx2", "avxvnni", "avx512", "avx512vnni", "avx512amx", "neon", "neonfp16", "neondot"
   size_t gemm_mr, gemm_nr;
   IgemmUkernel igemm_f32w;
+  // fp32 weights of at most gemm_narrow_nr output channels, where a level has a narrower tile than
+  // igemm_f32w's (same MR): packed with NR = gemm_narrow_nr (pack_gemm_weights). Null elsewhere.
+  size_t gemm_narrow_nr;
+  IgemmUkernel igemm_f32w_narrow;
   IgemmUkernel igemm_f16w;
   ActivationUkernel activation;
   DepthwiseUkernel depthwise;

@@ -44,7 +44,9 @@ PackedGemmWeights pack_gemm_impl(const Src* w, size_t n, size_t k, WeightLayout 
   out.k = k;
   out.type = type;
   out.f16_arith = f16_arith && type == WeightType::F16 && out.table->has_f16_arith();
-  out.nr = out.f16_arith ? out.table->f16_gemm_nr : out.table->gemm_nr;
+  out.narrow = type == WeightType::F32 && !out.f16_arith && out.table->igemm_f32w_narrow != nullptr &&
+               n <= out.table->gemm_narrow_nr;
+  out.nr = out.f16_arith ? out.table->f16_gemm_nr : out.narrow ? out.table->gemm_narrow_nr : out.table->gemm_nr;
   const size_t nr = out.nr, panels = out.panel_count();
   out.panels = AlignedBuffer<uint8_t>(panels * k * nr * out.elem_size());
   out.bias = AlignedBuffer<float>(panels * nr);
@@ -67,9 +69,7 @@ PackedGemmWeights pack_gemm_impl(const Src* w, size_t n, size_t k, WeightLayout 
   return out;
 }
 
-IgemmUkernel ukernel_of(const PackedGemmWeights& w) {
-  return w.type == WeightType::F16 ? w.table->igemm_f16w : w.table->igemm_f32w;
-}
+IgemmUkernel ukernel_of(const PackedGemmWeights& w) { return w.igemm(); }
 
 // Post-pass for activations the microkernel cannot fuse as a clamp: on the tile just written.
 void post_activate(const KernelTable& t, float* c, size_t ldc, size_t rows, size_t cols, const Activation& act) {

@@ -45,6 +45,9 @@ struct PackedGemmWeights {
   // drivers convert A to fp16 as they pack it or build the indirection. Otherwise fp16 panels meet
   // fp32 activations in fp32 arithmetic (igemm_f16w).
   bool f16_arith = false;
+  // fp32 weights of few output channels packed for the table's igemm_f32w_narrow (NR =
+  // gemm_narrow_nr, same MR): chosen by pack_gemm_weights where the level has that kernel.
+  bool narrow = false;
   AlignedBuffer<uint8_t> panels;
   AlignedBuffer<float> bias;  // round_up(n, nr) entries, zero-padded (zeros without a bias)
   // The Winograd form of 3x3 convolution weights, filled on first use (winograd_weights()): every
@@ -54,6 +57,14 @@ struct PackedGemmWeights {
   size_t elem_size() const { return type == WeightType::F16 ? 2 : 4; }
   size_t panel_count() const { return div_up(n, nr); }
   size_t mr() const { return f16_arith ? table->f16_gemm_mr : table->gemm_mr; }
+  // The fp32-activation microkernel for these panels (not for f16_arith: that is igemm_f16).
+  IgemmUkernel igemm() const {
+    return narrow ? table->igemm_f32w_narrow : type == WeightType::F16 ? table->igemm_f16w : table->igemm_f32w;
+  }
+  const char* igemm_name() const {
+    return narrow ? table->names.igemm_f32w_narrow : type == WeightType::F16 ? table->names.igemm_f16w
+                                                                               : table->names.igemm_f32w;
+  }
   // Panel p from row k0 of K on.
   const void* panel(size_t p, size_t k0 = 0) const {
     return panels.data() + (p * k * nr + k0 * nr) * elem_size();

@@ -133,6 +133,7 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
   const WinogradWeights& u = *winograd_;
   const KernelTable& t = *w.table;
   const size_t mr = w.mr(), nr = w.nr, panels = w.panel_count(), k = w.n;
+  const IgemmUkernel gemm_kernel = w.igemm();  // U is packed with w's NR (transform_weights)
   const size_t tiles_per_image = tiles_h_ * tiles_w_, tiles = n_ * tiles_per_image;
   const size_t tb = tile_block_, blocks = div_up(tiles, tb);
   const size_t cs = scratch_stride(c_), ks = scratch_stride(k);
@@ -197,7 +198,7 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
       for (size_t i0 = 0; i0 < nt; i0 += mr) {
         const size_t mcur = min_size(mr, nt - i0);
         for (size_t i = 0; i < mr; ++i) rows[i] = ve + (i0 + min_size(i, mcur - 1)) * cs;
-        t.igemm_f32w(mcur, ncur, c_, 1, rows, panel, nullptr, me + i0 * ks + p * nr, ks, 0, &no_clamp);
+        gemm_kernel(mcur, ncur, c_, 1, rows, panel, nullptr, me + i0 * ks + p * nr, ks, 0, &no_clamp);
       }
     }
   };

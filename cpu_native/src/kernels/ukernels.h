@@ -515,7 +515,7 @@ using NonfiniteScanUkernel = bool (*)(const float* x, size_t rows, size_t x_stri
 // Register-block sizes (MR x NR) of each ISA's GEMM microkernel, and clustered lane counts.
 constexpr size_t kScalarMR = 4, kScalarNR = 4, kScalarLanes = 4;
 constexpr size_t kAvx2MR = 6, kAvx2NR = 16, kAvx2Lanes = 8;
-constexpr size_t kAvx512MR = 8, kAvx512NR = 32, kAvx512Lanes = 16;
+constexpr size_t kAvx512MR = 8, kAvx512NR = 32, kAvx512NarrowNR = 16, kAvx512Lanes = 16;
 constexpr size_t kNeonMR = 8, kNeonNR = 8, kNeonLanes = 4;
 // fp16-arithmetic GEMM tile: 4 rows x 16 columns is 8 fp16 + 16 fp32 accumulator registers, 4 A
 // and 2 W registers: 30 of the 32 NEON registers (gemm_neonfp16.cc).
@@ -635,6 +635,8 @@ UkernelFunction<Qu8DepthwiseUkernel> qu8_depthwise_8c__avxvnni;
 // AVX-512: the GEMM needs F only (gemm_avx512.cc); the vector kernels F + BW + DQ + VL
 // (vector_kernels_avx512.cc: 16-lane vectors).
 UkernelFunction<IgemmUkernel> f32_igemm_8x32__avx512f, f32_f16w_igemm_8x32__avx512f;
+// fp32 weights of at most 16 output channels (the igemm_f32w_narrow slot, dispatch.h): NR = 16.
+UkernelFunction<IgemmUkernel> f32_igemm_8x16__avx512f;
 UkernelFunction<ActivationUkernel> f32_activation_16x__avx512skx;
 UkernelFunction<DepthwiseUkernel> f32_depthwise_16c__avx512skx;
 UkernelFunction<PoolUkernel> f32_maxpool_16c__avx512skx, f32_avgpool_16c__avx512skx;
