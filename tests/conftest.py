@@ -22,6 +22,26 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("POCL_WORK_GROUP_SPECIALIZATION", "0")
 
 
+# The digits split and the optimized default model, for the compression, fine-tuning and budget
+# tests (one of each per test module, as the modules may change what they are given).
+@pytest.fixture(scope="module")
+def digits():
+    """(train, test) of sklearn's digits (edgesdk.datasets.digits_split)."""
+    from edgesdk.datasets import digits_split
+    return digits_split()
+
+
+@pytest.fixture(scope="module")
+def default_graph():
+    """The embedded default model, loaded and optimized."""
+    from edgesdk.loader import load_model
+    from edgesdk.models import default_model_path
+    from edgesdk.passes import optimize
+    graph = load_model(default_model_path())
+    optimize(graph)
+    return graph
+
+
 # Every op test of tests/ops runs on each of these (backend, precision) pairs.
 OP_TEST_TARGETS = (("reference", "fp32"), ("cpu", "fp32"), ("opencl", "fp32"), ("cpu", "fp16"), ("opencl", "fp16"))
 

@@ -13,17 +13,11 @@ from edgesdk.compress import LayerSettings, Recipe, pack_model
 from edgesdk.compress.budget import (CHOICES, Choice, Option, _damage, _literal, _segment_ms, pack_within_budget,
                                      plan_recipe)
 from edgesdk.compress.recipe import RecipeError
-from edgesdk.datasets import digits_split
 from edgesdk.errors import InputError
 from edgesdk.models import default_model_path
 from edgesdk.runtime.session import Session
 
 EXE = [sys.executable, "-m", "edgesdk"]
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return digits_split()
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,7 @@ out-of-bounds access or data race.
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -909,17 +907,8 @@ def run_oclgrind_suite() -> int:
 def test_new_kernels_are_clean_under_oclgrind(tmp_path) -> None:
     if _skip_reason() is not None:
         pytest.skip(_skip_reason())
-    from test_opencl_oclgrind import oclgrind_problems
-    env = {**os.environ, "EDGESDK_CACHE_DIR": str(tmp_path), "EDGESDK_OPENCL_DEVICE": "",
-           "EDGESDK_OPENCL_CONFIG": ""}
-    proc = subprocess.run(["oclgrind", "--check-api", "--data-races", sys.executable, str(Path(__file__).resolve()),
-                           "--oclgrind-suite"], capture_output=True, text=True, env=env, timeout=900,
-                          cwd=TESTS.parent)
-    log = proc.stdout + proc.stderr
-    problems = oclgrind_problems(log)
-    assert not problems, "Oclgrind reported:\n" + "\n\n".join(problems[:10])
-    assert proc.returncode == 0, log[-3000:]
-    assert "device: Oclgrind" in log, log[-2000:]
+    from test_opencl_oclgrind import assert_clean_under_oclgrind
+    log = assert_clean_under_oclgrind(__file__, tmp_path, "--oclgrind-suite")
     assert f"suite ok: {len(list(oclgrind_cases()))} cases" in log, log[-2000:]
 
 

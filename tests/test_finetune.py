@@ -20,7 +20,6 @@ from edgesdk.compress.finetune import (DIGITS_RECIPES, CodebookWeight, CPTLayer,
                                        module_accuracy, nnm_cpt_table, nnm_recipe, weight_bytes)
 from edgesdk.compress.recipe import Recipe
 from edgesdk.compress.torch_bridge import GraphModule, module_to_graph, write_back
-from edgesdk.datasets import digits_split
 from edgesdk.evaluation import evaluate
 from edgesdk.loader import load_model
 from edgesdk.models import default_model_path
@@ -28,18 +27,6 @@ from edgesdk.passes import optimize
 
 # The recipe of the size target: pruning + 3-bit per-layer fp16 codebooks; ~32x smaller weights.
 SMALL_RECIPE = DIGITS_RECIPES["prune+cluster3-layer-32x"]
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return digits_split()
-
-
-@pytest.fixture(scope="module")
-def default_graph():
-    graph = load_model(default_model_path())
-    optimize(graph)
-    return graph
 
 
 @pytest.fixture(scope="module")

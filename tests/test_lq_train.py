@@ -19,12 +19,9 @@ from edgesdk.compress.finetune import DIGITS_RECIPES, finetune_graph
 from edgesdk.compress.lq_train import (LQActivationQuantizer, LQWeightQuantizer, lq_finetune_graph,
                                        qem_activation_step, qem_weight_step, uses_lq)
 from edgesdk.compress.recipe import Recipe
-from edgesdk.datasets import digits_split
 from edgesdk.errors import InputError
 from edgesdk.evaluation import evaluate
-from edgesdk.loader import load_model
 from edgesdk.models import default_model_path
-from edgesdk.passes import optimize
 
 EDGESDK = shutil.which("edgesdk", path=os.path.dirname(sys.executable)) or "edgesdk"
 LQ_2W2A = Recipe.from_dict(DIGITS_RECIPES["lq-2w2a"])
@@ -37,18 +34,6 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return digits_split()
-
-
-@pytest.fixture(scope="module")
-def default_graph():
-    graph = load_model(default_model_path())
-    optimize(graph)
-    return graph
 
 
 @pytest.fixture(scope="module")

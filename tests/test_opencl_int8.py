@@ -12,9 +12,7 @@ PTQ runs equal to the reference.
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -521,18 +519,10 @@ OCLGRIND_DOT_CASES = ["conv_odd_channels", "gemm_no_transb", "int8_conv_clamp"]
 
 @pytest.mark.oclgrind
 def test_int8_kernels_are_clean_under_oclgrind(tmp_path) -> None:
-    from test_opencl_oclgrind import needs_oclgrind, oclgrind_problems
+    from test_opencl_oclgrind import assert_clean_under_oclgrind, needs_oclgrind
     if needs_oclgrind.args[0]:
         pytest.skip(needs_oclgrind.kwargs["reason"])
-    env = {**os.environ, "EDGESDK_CACHE_DIR": str(tmp_path), "EDGESDK_OPENCL_DEVICE": "",
-           "EDGESDK_OPENCL_CONFIG": "", "EDGESDK_OPENCL_MEMORY": ""}
-    proc = subprocess.run(["oclgrind", "--check-api", "--data-races", sys.executable, str(Path(__file__).resolve()),
-                           "--oclgrind-suite"], capture_output=True, text=True, env=env, timeout=900, cwd=TESTS.parent)
-    log = proc.stdout + proc.stderr
-    problems = oclgrind_problems(log)
-    assert not problems, "Oclgrind reported:\n" + "\n\n".join(problems[:10])
-    assert proc.returncode == 0, log[-3000:]
-    assert "device: Oclgrind" in log, log[-2000:]
+    log = assert_clean_under_oclgrind(__file__, tmp_path, "--oclgrind-suite")
     ran = re.search(r"int8 suite ok: (\d+) cases", log)
     assert ran and int(ran.group(1)) == 2 + len(OCLGRIND_CASES) + len(OCLGRIND_DOT_CASES), log[-2000:]
 

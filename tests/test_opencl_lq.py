@@ -278,21 +278,9 @@ def _oclgrind_cases():
 @pytest.mark.skipif(__import__("shutil").which("oclgrind") is None, reason="oclgrind is not installed")
 def test_lq_kernels_are_clean_under_oclgrind(tmp_path) -> None:
     import re
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    from test_opencl_oclgrind import oclgrind_problems
-    env = {**__import__("os").environ, "EDGESDK_CACHE_DIR": str(tmp_path), "EDGESDK_OPENCL_DEVICE": "",
-           "EDGESDK_OPENCL_CONFIG": "", "EDGESDK_OPENCL_MEMORY": ""}
-    here = Path(__file__).resolve()
-    proc = subprocess.run(["oclgrind", "--check-api", "--data-races", sys.executable, str(here)],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=here.parent.parent)
-    log = proc.stdout + proc.stderr
-    problems = oclgrind_problems(log)
-    assert not problems, "Oclgrind reported:\n" + "\n\n".join(problems[:10])
-    assert proc.returncode == 0, log[-3000:]
-    assert "device: Oclgrind" in log, log[-2000:]
+    from test_opencl_oclgrind import assert_clean_under_oclgrind
+    log = assert_clean_under_oclgrind(__file__, tmp_path)
     ran = re.search(r"lq suite ok: (\d+) cases", log)
     assert ran and int(ran.group(1)) == 5, log[-2000:]
 

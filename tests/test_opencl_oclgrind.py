@@ -35,13 +35,25 @@ def oclgrind_problems(log: str) -> list[str]:
     return [r for r in reports if not ("OpenCL runtime error" in r and all(p in r for p in PYOPENCL_PROBE))]
 
 
-def _oclgrind(tmp_path: Path, *args: str) -> tuple[int, str]:
+def run_under_oclgrind(script: str, tmp_path: Path, *args: str) -> tuple[int, str]:
+    """``python script args`` under Oclgrind (API and data-race checks on), with a kernel cache of
+    its own and no device, profile or memory override: (exit status, stdout + stderr)."""
     env = {**os.environ, "EDGESDK_CACHE_DIR": str(tmp_path), "EDGESDK_OPENCL_DEVICE": "",
            "EDGESDK_OPENCL_CONFIG": "", "EDGESDK_OPENCL_MEMORY": ""}
-    proc = subprocess.run(["oclgrind", "--check-api", "--data-races", sys.executable,
-                           str(Path(__file__).resolve()), *args], capture_output=True, text=True, env=env,
-                          timeout=900, cwd=TESTS.parent)
+    proc = subprocess.run(["oclgrind", "--check-api", "--data-races", sys.executable, str(Path(script).resolve()),
+                           *args], capture_output=True, text=True, env=env, timeout=900, cwd=TESTS.parent)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def assert_clean_under_oclgrind(script: str, tmp_path: Path, *args: str) -> str:
+    """Runs a kernel suite under Oclgrind (run_under_oclgrind) and fails on any report, a non-zero
+    exit or a run that did not reach the simulator; returns the log (for the suite's case count)."""
+    returncode, log = run_under_oclgrind(script, tmp_path, *args)
+    problems = oclgrind_problems(log)
+    assert not problems, "Oclgrind reported:\n" + "\n\n".join(problems[:10])
+    assert returncode == 0, log[-3000:]
+    assert "device: Oclgrind" in log, log[-2000:]  # really ran on the simulator
+    return log
 
 
 needs_oclgrind = pytest.mark.skipif(shutil.which("oclgrind") is None,
@@ -52,7 +64,7 @@ needs_oclgrind = pytest.mark.skipif(shutil.which("oclgrind") is None,
 @needs_oclgrind
 def test_oclgrind_reports_are_detected(tmp_path) -> None:
     """The checker itself: a kernel that writes one element past its buffer and races is caught."""
-    _, log = _oclgrind(tmp_path, "--faulty-kernel")
+    _, log = run_under_oclgrind(__file__, tmp_path, "--faulty-kernel")
     problems = oclgrind_problems(log)
     assert any("Invalid write" in p for p in problems), log[-2000:]
     assert any("data race" in p for p in problems), log[-2000:]
@@ -61,11 +73,7 @@ def test_oclgrind_reports_are_detected(tmp_path) -> None:
 @pytest.mark.oclgrind
 @needs_oclgrind
 def test_kernel_suite_is_clean_under_oclgrind(tmp_path) -> None:
-    returncode, log = _oclgrind(tmp_path)
-    problems = oclgrind_problems(log)
-    assert not problems, "Oclgrind reported:\n" + "\n\n".join(problems[:10])
-    assert returncode == 0, log[-3000:]
-    assert "device: Oclgrind" in log, log[-2000:]  # really ran on the simulator
+    log = assert_clean_under_oclgrind(__file__, tmp_path)
     ran = re.search(r"suite ok: (\d+) cases", log)
     assert ran and int(ran.group(1)) >= 20, log[-2000:]
 

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import edgesdk  # noqa: E402
-from edgesdk.datasets import Dataset, digits_split  # noqa: E402
+from edgesdk.datasets import Dataset  # noqa: E402
 from edgesdk.errors import DatasetError, EdgeSDKError, InputError  # noqa: E402
 from edgesdk.loader import load_model  # noqa: E402
 from edgesdk.models import default_model_path  # noqa: E402
@@ -24,11 +24,6 @@ from edgesdk.quant.ptq import quantize_graph  # noqa: E402
 from edgesdk.quant.qat import QATModel, quantization_aware_finetune  # noqa: E402
 
 NARROW = 0.3  # calibration inputs x 0.3: every range ~3x too narrow
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return digits_split()
 
 
 @pytest.fixture(scope="module")

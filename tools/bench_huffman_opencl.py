@@ -26,37 +26,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from edgesdk import Session  # noqa: E402
 from edgesdk.compress.encode import encode_huffman, encode_sparse, prune_mask  # noqa: E402
-from edgesdk.graph import Graph  # noqa: E402
-from edgesdk.loader import load_model  # noqa: E402
+from opencl_layer import device_ms, layer_graph  # noqa: E402
 
 LAYERS = {  # name: (OC, C, K, H = W, pad)
     "mnv2 1x1 320->1280 @7x7": (1280, 320, 1, 7, 0),
     "mnv2 1x1 96->576 @14x14": (576, 96, 1, 14, 0),
     "resnet18 3x3 256->256 @14x14": (256, 256, 3, 14, 1),
 }
-
-
-def conv_graph(w_name: str, weights, x_shape, k: int, pad: int) -> Graph:
-    g = Graph("layer")
-    g.add_input("x", x_shape)
-    if isinstance(weights, np.ndarray):
-        g.add_constant(w_name, weights)
-    else:
-        g.add_encoded(w_name, weights)
-    g.add_node("Conv", ["x", w_name], ["y"], name="conv", kernel_shape=(k, k), strides=(1, 1), dilations=(1, 1),
-               pads=(pad,) * 4, group=1)
-    g.outputs = ["y"]
-    return load_model(g)
-
-
-def kernel_ms(graph: Graph, x: np.ndarray, repeats: int) -> tuple[float, str, np.ndarray]:
-    sess = Session(graph, backend="opencl")
-    assert not sess._impl.fallback_reasons, sess._impl.fallback_reasons
-    kernels = ",".join(launch.name for step in sess._impl._steps for launch in step.launches)
-    best = min(r.device_ms for _ in range(repeats) for r in sess.profile({"x": x}).ops if r.node == "conv")
-    return best, kernels, sess.run({"x": x})["y"]
 
 
 def main(argv=None) -> int:
@@ -75,7 +52,7 @@ def main(argv=None) -> int:
         huff = encode_huffman(csr, block=block)
         row = {"layer": name, "csr_bytes": csr.nbytes, "huffman_bytes": huff.nbytes}
         for what, weights in (("dense", csr.decode()), ("csr", csr), ("huffman", huff)):
-            ms, kernels, y = kernel_ms(conv_graph("w", weights, x.shape, k, pad), x, args.repeats)
+            ms, kernels, y = device_ms(layer_graph(weights, x.shape, k, pad), x, args.repeats)
             row[f"{what}_ms"], row[f"{what}_kernel"] = ms, kernels
             if what == "dense":
                 ref = y

@@ -32,11 +32,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from edgesdk import Session  # noqa: E402
 from edgesdk.compress.encodings import LQBinary  # noqa: E402
 from edgesdk.compress.lq import fit_activation_basis, fit_weight_basis, pack_planes  # noqa: E402
-from edgesdk.graph import Graph  # noqa: E402
-from edgesdk.loader import load_model  # noqa: E402
+from opencl_layer import device_ms, layer_graph  # noqa: E402
 
 LAYERS = {  # name: (OC, C, K, H = W, pad, batch); K 0: a Gemm (C -> OC) on `batch` rows
     "resnet18 3x3 64->64 @28x28": (64, 64, 3, 28, 1, 1),
@@ -45,38 +43,6 @@ LAYERS = {  # name: (OC, C, K, H = W, pad, batch); K 0: a Gemm (C -> OC) on `bat
     "fc 1024->1024 batch 1": (1024, 1024, 0, 1, 0, 1),
     "fc 1024->1024 batch 32": (1024, 1024, 0, 1, 0, 32),
 }
-
-
-def layer_graph(weights, x_shape, k: int, pad: int, quantizer=None) -> Graph:
-    g = Graph("layer")
-    g.add_input("x", x_shape)
-    if isinstance(weights, np.ndarray):
-        g.add_constant("w", weights)
-    else:
-        g.add_encoded("w", weights)
-    src = "x"
-    if quantizer is not None:
-        g.add_tensor("q", x_shape, np.float32)
-        g.add_node("LQQuantize", ["x"], ["q"], name="quantize", basis=tuple(float(v) for v in quantizer[0]),
-                   offset=float(quantizer[1]))
-        src = "q"
-    if k:
-        g.add_node("Conv", [src, "w"], ["y"], name="layer", kernel_shape=(k, k), strides=(1, 1), dilations=(1, 1),
-                   pads=(pad,) * 4, group=1)
-    else:
-        g.add_node("Gemm", [src, "w"], ["y"], name="layer", alpha=1.0, beta=1.0, transA=False, transB=True)
-    g.outputs = ["y"]
-    return load_model(g)
-
-
-def kernel_ms(graph: Graph, x: np.ndarray, repeats: int) -> tuple[float, str, np.ndarray]:
-    sess = Session(graph, backend="opencl")
-    assert not sess._impl.fallback_reasons, sess._impl.fallback_reasons
-    kernels = ",".join(launch.name for step in sess._impl._steps for launch in step.launches)
-    sess.run({"x": x})
-    best = min(sum(r.device_ms for r in sess.profile({"x": x}).ops if r.node in ("layer", "quantize"))
-               for _ in range(repeats))
-    return best, kernels, sess.run({"x": x})["y"]
 
 
 def main(argv=None) -> int:
@@ -103,7 +69,7 @@ def main(argv=None) -> int:
         for what, graph in (("dense", layer_graph(enc.decode(), x_shape, k, pad, quantizer)),
                             ("lq", layer_graph(enc, x_shape, k, pad, quantizer)),
                             ("weights_only", layer_graph(enc, x_shape, k, pad))):
-            ms, kernels, y = kernel_ms(graph, x, args.repeats)
+            ms, kernels, y = device_ms(graph, x, args.repeats)
             row[f"{what}_ms"], row[f"{what}_kernels"] = ms, kernels
             if what == "dense":
                 ref = y

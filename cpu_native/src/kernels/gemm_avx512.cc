@@ -16,6 +16,16 @@ constexpr size_t MR = kAvx512MR;  // 8
 
 static inline __mmask16 first_lanes(size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
+// The MR row pointers of one tap, copied into locals so that the K loop reads them from registers
+// (through the const float* const* they would be reloaded after every store the compiler cannot
+// prove harmless).
+static_assert(MR == 8, "RowPointers holds 8 rows");
+struct RowPointers {
+  const float* r0, *r1, *r2, *r3, *r4, *r5, *r6, *r7;
+  explicit RowPointers(const float* const* rows)
+      : r0(rows[0]), r1(rows[1]), r2(rows[2]), r3(rows[3]), r4(rows[4]), r5(rows[5]), r6(rows[6]), r7(rows[7]) {}
+};
+
 static inline __m512 load_w16(const float* w) { return _mm512_load_ps(w); }
 static inline __m512 load_w16(const uint16_t* w) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)));
@@ -65,15 +75,7 @@ void igemm_8x32(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
     acc[0][1] = _mm512_add_ps(acc[0][1], e1);
   } else {
     for (size_t s = 0; s < ks; ++s) {
-      const float* const* rows = a + s * MR;
-      const float* r0 = rows[0];
-      const float* r1 = rows[1];
-      const float* r2 = rows[2];
-      const float* r3 = rows[3];
-      const float* r4 = rows[4];
-      const float* r5 = rows[5];
-      const float* r6 = rows[6];
-      const float* r7 = rows[7];
+      const RowPointers r(a + s * MR);
       for (size_t k = 0; k < kc; ++k) {
         const __m512 w0 = load_w16(w);
         const __m512 w1 = load_w16(w + 16);
@@ -83,8 +85,8 @@ void igemm_8x32(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
     av = _mm512_set1_ps(r[k]);                                \
     acc[i][0] = _mm512_fmadd_ps(av, w0, acc[i][0]);           \
     acc[i][1] = _mm512_fmadd_ps(av, w1, acc[i][1]);
-        EDGESDK_ROW(0, r0) EDGESDK_ROW(1, r1) EDGESDK_ROW(2, r2) EDGESDK_ROW(3, r3)
-        EDGESDK_ROW(4, r4) EDGESDK_ROW(5, r5) EDGESDK_ROW(6, r6) EDGESDK_ROW(7, r7)
+        EDGESDK_ROW(0, r.r0) EDGESDK_ROW(1, r.r1) EDGESDK_ROW(2, r.r2) EDGESDK_ROW(3, r.r3)
+        EDGESDK_ROW(4, r.r4) EDGESDK_ROW(5, r.r5) EDGESDK_ROW(6, r.r6) EDGESDK_ROW(7, r.r7)
 #undef EDGESDK_ROW
       }
   }
@@ -143,26 +145,18 @@ void igemm_8x16(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
     acc[0] = _mm512_add_ps(acc[0], e0);
   } else {
     for (size_t s = 0; s < ks; ++s) {
-      const float* const* rows = a + s * MR;
-      const float* r0 = rows[0];
-      const float* r1 = rows[1];
-      const float* r2 = rows[2];
-      const float* r3 = rows[3];
-      const float* r4 = rows[4];
-      const float* r5 = rows[5];
-      const float* r6 = rows[6];
-      const float* r7 = rows[7];
+      const RowPointers r(a + s * MR);
       for (size_t k = 0; k < kc; ++k) {
         const __m512 w0 = _mm512_load_ps(w);
         w += 16;
-        acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(r0[k]), w0, acc[0]);
-        acc[1] = _mm512_fmadd_ps(_mm512_set1_ps(r1[k]), w0, acc[1]);
-        acc[2] = _mm512_fmadd_ps(_mm512_set1_ps(r2[k]), w0, acc[2]);
-        acc[3] = _mm512_fmadd_ps(_mm512_set1_ps(r3[k]), w0, acc[3]);
-        acc[4] = _mm512_fmadd_ps(_mm512_set1_ps(r4[k]), w0, acc[4]);
-        acc[5] = _mm512_fmadd_ps(_mm512_set1_ps(r5[k]), w0, acc[5]);
-        acc[6] = _mm512_fmadd_ps(_mm512_set1_ps(r6[k]), w0, acc[6]);
-        acc[7] = _mm512_fmadd_ps(_mm512_set1_ps(r7[k]), w0, acc[7]);
+        acc[0] = _mm512_fmadd_ps(_mm512_set1_ps(r.r0[k]), w0, acc[0]);
+        acc[1] = _mm512_fmadd_ps(_mm512_set1_ps(r.r1[k]), w0, acc[1]);
+        acc[2] = _mm512_fmadd_ps(_mm512_set1_ps(r.r2[k]), w0, acc[2]);
+        acc[3] = _mm512_fmadd_ps(_mm512_set1_ps(r.r3[k]), w0, acc[3]);
+        acc[4] = _mm512_fmadd_ps(_mm512_set1_ps(r.r4[k]), w0, acc[4]);
+        acc[5] = _mm512_fmadd_ps(_mm512_set1_ps(r.r5[k]), w0, acc[5]);
+        acc[6] = _mm512_fmadd_ps(_mm512_set1_ps(r.r6[k]), w0, acc[6]);
+        acc[7] = _mm512_fmadd_ps(_mm512_set1_ps(r.r7[k]), w0, acc[7]);
       }
     }
   }

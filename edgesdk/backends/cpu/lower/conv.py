@@ -202,7 +202,7 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     group = node.attrs["group"]
     matrix, how = W.stored_matrix(wt)
     n, c, h, w_ = b.shape(node.inputs[0])
-    _, o, oh, ow = b.shape(node.outputs[0])
+    o = b.shape(node.outputs[0])[1]
     cg, og = c // group, o // group
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
