@@ -355,3 +355,21 @@ def test_int8_concurrent_runs_match_serial(backend: str) -> None:
     assert report.integer_ops.get("QLinearConv")
     sess = edgesdk.Session(qgraph, backend=backend, threads=2, optimize=False)
     assert check_concurrent_runs(sess, runs=50) == 0
+
+
+@pytest.mark.parametrize("model", ["lenet", "conv"])
+def test_reference_outputs_do_not_depend_on_the_blas_thread_count(model: str) -> None:
+    """OpenBLAS's threaded sgemm sums in another order than its single-threaded path, and a
+    limit set from one thread does not hold for calls from another: serial and concurrent runs
+    of one reference session differed by an ulp (edgesdk/ops/blas.py). The oracle's products
+    now accumulate in float64, so 1 and 2 BLAS threads give the same bits."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    sess = edgesdk.Session(LENET if model == "lenet" else conv_model(), backend="reference")
+    name, out = sess.input_names[0], sess.output_names[0]
+    inputs = distinct_inputs(sess, 4)
+    outputs = {}
+    for blas_threads in (1, 2):
+        with threadpoolctl.threadpool_limits(limits=blas_threads, user_api="blas"):
+            outputs[blas_threads] = [sess.run({name: x})[out] for x in inputs]
+    for one, two in zip(outputs[1], outputs[2]):
+        np.testing.assert_array_equal(one, two)

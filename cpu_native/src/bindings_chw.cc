@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "bindings_steps.h"
 #include "bindings_util.h"
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
@@ -135,7 +136,7 @@ void register_chw_kernels(py::module_& km) {
      py::arg("multiplier") = 1, py::arg("isa") = py::none(),
      "The kernel depthwise_conv_chw runs for this geometry (the multiplier does not change it).");
 
-  km.def("global_avgpool_chw", [](const py::array& x, py::array& y, const std::string& act_name,
+  def_kernel(km, "global_avgpool_chw", [](const py::array& x, py::array& y, const std::string& act_name,
                                   std::optional<float> act_alpha, std::optional<float> act_beta, size_t threads,
                                   std::optional<std::string> isa) {
     check_f32(x, "x", false);
@@ -151,13 +152,13 @@ void register_chw_kernels(py::module_& km) {
     const k::KernelTable* t = table_or_null(isa);
     const float* xp = static_cast<const float*>(x.data());
     float* yp = static_cast<float*>(y.mutable_data());
-    py::gil_scoped_release release;
-    k::global_avgpool_chw(xp, xs[0], xs[1], hw, yp, ac, threads, t);
+    return make_step([xp, xs, hw, yp, ac, threads, t] { k::global_avgpool_chw(xp, xs[0], xs[1], hw, yp, ac, threads, t); },
+                     x, y);
   }, py::arg("x"), py::arg("y"), py::arg("act_name") = "none", py::arg("act_alpha") = py::none(),
      py::arg("act_beta") = py::none(), py::arg("threads") = 1, py::arg("isa") = py::none(),
      "(N, C, H, W) or (N, C, HW) -> (N, C) or (N, C, 1, 1) mean, activation fused.");
 
-  km.def("transpose_2d", [](const py::array& src, py::array& dst, size_t threads, std::optional<std::string> isa) {
+  def_kernel(km, "transpose_2d", [](const py::array& src, py::array& dst, size_t threads, std::optional<std::string> isa) {
     const size_t elem = element_size(src);
     if (!src.dtype().is(dst.dtype()))
       throw py::value_error("transpose_2d: dst dtype " + std::string(py::str(dst.dtype())) + " != src dtype " +
@@ -172,8 +173,8 @@ void register_chw_kernels(py::module_& km) {
     const void* sp = src.data();
     void* dp = dst.mutable_data();
     if (sp == dp && src.size() > 0) throw py::value_error("transpose_2d: src and dst must not be the same buffer");
-    py::gil_scoped_release release;
-    k::transpose_2d(sp, dp, ss[0], ss[1], ss[2], elem, threads, t);
+    return make_step([sp, dp, ss, elem, threads, t] { k::transpose_2d(sp, dp, ss[0], ss[1], ss[2], elem, threads, t); },
+                     src, dst);
   }, py::arg("src"), py::arg("dst"), py::arg("threads") = 1, py::arg("isa") = py::none(),
      "dst[i] = src[i].T: src (N, R, C) -> dst (N, C, R), C-contiguous, same dtype (1-, 4- or 8-byte elements).");
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings_steps.h"
 #include "bindings_util.h"
 #include "kernels/dispatch.h"
 #include "kernels/operators.h"
@@ -24,6 +25,7 @@ using namespace edgesdk::bindings;
 void register_ops_kernels(py::module_& km);  // bindings_ops.cc
 void register_qu8_kernels(py::module_& km);  // bindings_qu8.cc
 void register_chw_kernels(py::module_& km);  // bindings_chw.cc
+void register_steps(py::module_& km);  // bindings_steps.cc
 
 namespace {
 
@@ -52,24 +54,25 @@ struct PyClusteredConvPlan {
   size_t n, h, w, c;
 };
 
-// run() of a convolution plan binding (PyConvPlan, PyClusteredConvPlan): NHWC x and out of the
-// plan's shapes, the GIL released while the kernels run. ConvPlan also takes channel slices of
-// wider NHWC buffers (nhwc_pixel_stride): it reads and writes them in place.
+// run() / step() of a convolution plan binding (PyConvPlan, PyClusteredConvPlan): NHWC x and out of
+// the plan's shapes. ConvPlan also takes channel slices of wider NHWC buffers (nhwc_pixel_stride):
+// it reads and writes them in place.
 template <class Plan>
-void run_plan(Plan& p, const py::array& x, py::array& out, const std::string& act, std::optional<float> alpha,
-              std::optional<float> beta, size_t threads) {
+Step prepare_plan(const py::object& self, const py::array& x, py::array& out, const std::string& act,
+                  std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+  Plan& p = self.cast<Plan&>();
   const size_t in_stride = nhwc_pixel_stride(x, {p.n, p.h, p.w, p.c}, "x", false);
   const size_t out_stride = nhwc_pixel_stride(out, {p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n}, "out", true);
   const float* xp = static_cast<const float*>(x.data());
   float* op = static_cast<float*>(out.mutable_data());
   const k::Activation ac = make_act(act, alpha, beta);
   if constexpr (std::is_same_v<Plan, PyConvPlan>) {
-    py::gil_scoped_release release;
-    p.plan.run(xp, op, ac, threads, in_stride, out_stride);
+    return make_step([&p, xp, op, ac, threads, in_stride, out_stride] {
+      p.plan.run(xp, op, ac, threads, in_stride, out_stride);
+    }, self, x, out);
   } else {  // the clustered plan reads and writes whole pixels only
     if (in_stride != p.c || out_stride != p.weights->n) throw py::value_error("x and out must be C-contiguous");
-    py::gil_scoped_release release;
-    p.plan.run(xp, op, ac, threads);
+    return make_step([&p, xp, op, ac, threads] { p.plan.run(xp, op, ac, threads); }, self, x, out);
   }
 }
 
@@ -79,6 +82,7 @@ void run_plan(Plan& p, const py::array& x, py::array& out, const std::string& ac
 
 void register_kernels(py::module_& m) {
   py::module_ km = m.def_submodule("kernels", "SIMD kernel library (zero-copy numpy entry points).");
+  register_steps(km);  // first: def_kernel registers into kernels.steps
 
   km.def("supported_isas", [] {
     std::vector<std::string> out;
@@ -138,20 +142,25 @@ void register_kernels(py::module_& m) {
      "for the level's fp16-arithmetic kernel where it has one (neonfp16): activations are then "
      "rounded to fp16 and multiplied in half, with fp32 accumulation.");
 
-  km.def("gemm", [](const py::array& a, const k::PackedGemmWeights& w, py::array& out, const std::string& act,
-                    std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+  def_kernel(km, "gemm", [](const py::array& a, std::shared_ptr<k::PackedGemmWeights> weights, py::array& out,
+                            const std::string& act, std::optional<float> alpha, std::optional<float> beta,
+                            size_t threads) {
+    if (weights == nullptr) throw py::type_error("w must be PackedGemmWeights, not None");
+    const k::PackedGemmWeights& w = *weights;
     const float* ap = in_f32(a, "a");
     if (a.ndim() != 2 || static_cast<size_t>(a.shape(1)) != w.k) throw py::value_error("a must be (M, K)");
     const size_t m = static_cast<size_t>(a.shape(0));
     expect_shape(out, {m, w.n}, "out");
     float* op = out_f32(out, "out");
     const k::Activation ac = make_act(act, alpha, beta);
-    py::gil_scoped_release release;
-    k::gemm(ap, m, w.k, w, op, w.n, ac, threads);
+    return make_step([ap, m, weights, op, ac, threads] {
+      k::gemm(ap, m, weights->k, *weights, op, weights->n, ac, threads);
+    }, a, out);
   }, py::arg("a"), py::arg("w"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
      "out[M, N] = act(a[M, K] @ W + bias).");
 
-  py::class_<PyConvPlan>(km, "ConvPlan")
+  py::class_<PyConvPlan> conv_plan(km, "ConvPlan");
+  conv_plan
       .def(py::init([](std::shared_ptr<k::PackedGemmWeights> w, std::vector<size_t> input_shape,
                        std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
                        std::pair<size_t, size_t> dilation, std::vector<size_t> pads, const std::string& algorithm) {
@@ -190,9 +199,11 @@ void register_kernels(py::module_& m) {
         }
         return out;
       }, "The microkernels a run calls, in order (the transforms around the GEMM for Winograd).")
-      .def("run", &run_plan<PyConvPlan>, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
+      ;
+  def_kernel_method(conv_plan, "run", &prepare_plan<PyConvPlan>, py::arg("x"), py::arg("out"), ACT_ARGS,
+                    py::arg("threads") = 1);
 
-  km.def("depthwise_conv", [](const py::array& x, const py::array& w, std::optional<py::array> bias, py::array& out,
+  def_kernel(km, "depthwise_conv", [](const py::array& x, const py::array& w, std::optional<py::array> bias, py::array& out,
                               std::pair<size_t, size_t> stride, std::pair<size_t, size_t> dilation,
                               std::vector<size_t> pads, const std::string& act, std::optional<float> alpha,
                               std::optional<float> beta, size_t threads, bool fp16_arith) {
@@ -213,8 +224,9 @@ void register_kernels(py::module_& m) {
     const float* wp = in_f32(w, "w");
     float* op = out_f32(out, "out");
     const k::Activation ac = make_act(act, alpha, beta);
-    py::gil_scoped_release release;
-    k::depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, b, op, ac, threads, nullptr, fp16_arith);
+    return make_step([xp, xs, mult, g, wp, b, op, ac, threads, fp16_arith] {
+      k::depthwise_conv(xp, xs[0], xs[1], xs[2], xs[3], mult, g, wp, b, op, ac, threads, nullptr, fp16_arith);
+    }, x, w, bias, out);
   }, py::arg("x"), py::arg("w"), py::arg("bias"), py::arg("out"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
      py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
      ACT_ARGS, py::arg("threads") = 1, py::arg("fp16_arith") = false,
@@ -234,16 +246,17 @@ void register_kernels(py::module_& m) {
       const float* xp = in_f32(x, "x");
       float* op = out_f32(out, "out");
       const k::Activation ac = make_act(act, alpha, beta);
-      py::gil_scoped_release release;
-      k::pool2d(kind, xp, xs[0], xs[1], xs[2], xs[3], g, count_include_pad, op, ac, threads);
+      return make_step([kind, xp, xs, g, count_include_pad, op, ac, threads] {
+        k::pool2d(kind, xp, xs[0], xs[1], xs[2], xs[3], g, count_include_pad, op, ac, threads);
+      }, x, out);
     };
   };
   for (const auto& [name, kind] : {std::pair{"max_pool", k::PoolKind::Max}, std::pair{"avg_pool", k::PoolKind::Average}})
-    km.def(name, pool(kind), py::arg("x"), py::arg("out"), py::arg("kernel"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
+    def_kernel(km, name, pool(kind), py::arg("x"), py::arg("out"), py::arg("kernel"), py::arg("stride") = std::pair<size_t, size_t>{1, 1},
            py::arg("dilation") = std::pair<size_t, size_t>{1, 1}, py::arg("pads") = std::vector<size_t>{0, 0, 0, 0},
            py::arg("count_include_pad") = false, ACT_ARGS, py::arg("threads") = 1, "NHWC pooling.");
 
-  km.def("global_avg_pool", [](const py::array& x, py::array& out, const std::string& act, std::optional<float> alpha,
+  def_kernel(km, "global_avg_pool", [](const py::array& x, py::array& out, const std::string& act, std::optional<float> alpha,
                                std::optional<float> beta, size_t threads) {
     if (x.ndim() != 4) throw py::value_error("x must be (N, H, W, C)");
     const auto xs = shape_of(x);
@@ -251,11 +264,11 @@ void register_kernels(py::module_& m) {
     const float* xp = in_f32(x, "x");
     float* op = out_f32(out, "out");
     const k::Activation ac = make_act(act, alpha, beta);
-    py::gil_scoped_release release;
-    k::global_avgpool(xp, xs[0], xs[1] * xs[2], xs[3], op, ac, threads);
+    return make_step([xp, xs, op, ac, threads] { k::global_avgpool(xp, xs[0], xs[1] * xs[2], xs[3], op, ac, threads); },
+                     x, out);
   }, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1, "(N, H, W, C) -> (N, C) mean.");
 
-  km.def("binary", [](const std::string& op, const py::array& a, const py::array& b, py::array& out, bool b_first,
+  def_kernel(km, "binary", [](const std::string& op, const py::array& a, const py::array& b, py::array& out, bool b_first,
                       const std::string& act, std::optional<float> alpha, std::optional<float> beta, size_t threads) {
     const k::BinaryOp bop = op == "add" ? k::BinaryOp::Add : op == "sub" ? k::BinaryOp::Sub : op == "mul" ? k::BinaryOp::Mul
         : throw py::value_error("op must be add, sub or mul");
@@ -273,19 +286,19 @@ void register_kernels(py::module_& m) {
     const float* bp = in_f32(b, "b");
     float* op_ = out_f32(out, "out");
     const k::Activation ac = make_act(act, alpha, beta);
-    py::gil_scoped_release release;
-    k::binary(bop, bc, ap, bp, op_, rows, c, ac, threads, b_first);
+    return make_step([bop, bc, ap, bp, op_, rows, c, ac, threads, b_first] {
+      k::binary(bop, bc, ap, bp, op_, rows, c, ac, threads, b_first);
+    }, a, b, out);
   }, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out"), py::arg("b_first") = false, ACT_ARGS,
      py::arg("threads") = 1, "out = act(a op b) (b op a with b_first), b broadcast per channel or as a scalar.");
 
-  km.def("activation", [](py::array& x, const std::string& act, std::optional<float> alpha, std::optional<float> beta,
+  def_kernel(km, "activation", [](py::array& x, const std::string& act, std::optional<float> alpha, std::optional<float> beta,
                           size_t threads, std::optional<std::string> isa) {
     float* xp = out_f32(x, "x");
     const size_t n = static_cast<size_t>(x.size());
     const k::Activation ac = make_act(act, alpha, beta);
     const k::KernelTable* t = table_for(isa);
-    py::gil_scoped_release release;
-    k::activation(xp, n, ac, threads, t);
+    return make_step([xp, n, ac, threads, t] { k::activation(xp, n, ac, threads, t); }, x);
   }, py::arg("x"), ACT_ARGS, py::arg("threads") = 1, py::arg("isa") = py::none(),
      "In-place activation (isa: force a kernel level, for tests).");
 
@@ -338,20 +351,24 @@ void register_kernels(py::module_& m) {
      "Packs b-bit indices (LSB-first stream over the row-major rows x cols matrix) and a float32 or "
      "float16 codebook (1 or rows, 2**bits) for clustered_gemm.");
 
-  km.def("clustered_gemm", [](const py::array& x, const k::ClusteredWeights& w, py::array& out, const std::string& act,
+  def_kernel(km, "clustered_gemm", [](const py::array& x, std::shared_ptr<k::ClusteredWeights> weights, py::array& out, const std::string& act,
                               std::optional<float> alpha, std::optional<float> beta, size_t threads) {
+    if (weights == nullptr) throw py::type_error("w must be ClusteredWeights, not None");
+    const k::ClusteredWeights& w = *weights;
     if (x.ndim() != 2 || static_cast<size_t>(x.shape(1)) != w.k) throw py::value_error("x must be (M, K)");
     const size_t m = static_cast<size_t>(x.shape(0));
     expect_shape(out, {m, w.n}, "out");
     const float* xp = in_f32(x, "x");
     float* op = out_f32(out, "out");
     const k::Activation ac = make_act(act, alpha, beta);
-    py::gil_scoped_release release;
-    k::clustered_gemm(xp, m, w.k, w, op, w.n, ac, threads);
+    return make_step([xp, m, weights, op, ac, threads] {
+      k::clustered_gemm(xp, m, weights->k, *weights, op, weights->n, ac, threads);
+    }, x, out);
   }, py::arg("x"), py::arg("w"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
      "out[M, N] = act(x @ W.T + bias) with W looked up from the codebook in registers.");
 
-  py::class_<PyClusteredConvPlan>(km, "ClusteredConvPlan")
+  py::class_<PyClusteredConvPlan> clustered_plan(km, "ClusteredConvPlan");
+  clustered_plan
       .def(py::init([](std::shared_ptr<k::ClusteredWeights> w, std::vector<size_t> input_shape,
                        std::pair<size_t, size_t> kernel, std::pair<size_t, size_t> stride,
                        std::pair<size_t, size_t> dilation, std::vector<size_t> pads) {
@@ -376,9 +393,11 @@ void register_kernels(py::module_& m) {
                              "Bytes of the indirection buffer and its zero row (0 before the first run).")
       .def_property_readonly("panel_bytes", [](const PyClusteredConvPlan& p) { return p.plan.panel_bytes(); },
                              "Bytes of the decoded weight panel each running thread holds.")
-      .def("run", &run_plan<PyClusteredConvPlan>, py::arg("x"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1);
+      ;
+  def_kernel_method(clustered_plan, "run", &prepare_plan<PyClusteredConvPlan>, py::arg("x"), py::arg("out"), ACT_ARGS,
+                    py::arg("threads") = 1);
 
-  km.def("nnm_gather", [](const py::array& cent, const py::array& assign, std::optional<py::array> bias, py::array& out,
+  def_kernel(km, "nnm_gather", [](const py::array& cent, const py::array& assign, std::optional<py::array> bias, py::array& out,
                           const std::string& act, std::optional<float> alpha, std::optional<float> beta, size_t threads) {
     require_array<int32_t>(assign, "assign", false);
     if (assign.ndim() != 2) throw py::value_error("assign must be (groups, K)");
@@ -399,8 +418,9 @@ void register_kernels(py::module_& m) {
     float* op = out_f32(out, "out");
     const auto* ap = static_cast<const int32_t*>(assign.data());
     const k::Activation ac = make_act(act, alpha, beta);
-    py::gil_scoped_release release;
-    k::nnm_gather(cp, pixels, width, groups, kc, ap, kk, b, op, kk, ac, threads);
+    return make_step([cp, pixels, width, groups, kc, ap, kk, b, op, ac, threads] {
+      k::nnm_gather(cp, pixels, width, groups, kc, ap, kk, b, op, kk, ac, threads);
+    }, cent, assign, bias, out);
   }, py::arg("cent"), py::arg("assign"), py::arg("bias"), py::arg("out"), ACT_ARGS, py::arg("threads") = 1,
      "NNM: out[..., k] = act(bias[k] + sum_g cent[..., g*K' + assign[g, k]]).");
 

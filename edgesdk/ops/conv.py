@@ -9,6 +9,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import UnsupportedModelError
 from ..runtime.sizes import check_attribute, check_tensor_size
+from . import blas
 from .geometry import conv_output_size, pool_sweep, same_pads
 from ..graph import Node
 from .registry import INT, Signature, ints, op
@@ -177,7 +178,7 @@ def _reference(node, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) 
     else:
         cols = sliding_windows(xp, (kh, kw), strides, dilations, (oh, ow))
         cols = cols.reshape(n, group, cg * kh * kw, oh * ow)
-        out = np.matmul(w.reshape(group, m // group, cg * kh * kw), cols).reshape(n, m, oh, ow)
+        out = blas.matmul(w.reshape(group, m // group, cg * kh * kw), cols).reshape(n, m, oh, ow)
     if b is not None:
         out += b.reshape(1, m, 1, 1)
     return out

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import UnsupportedModelError
 from ..graph import Node
 from ..runtime.sizes import check_attribute, check_tensor_size
+from . import blas
 from .conv import WINDOW_ATTRS, import_1d
 from .registry import INT, Signature, ints, op
 
@@ -164,7 +165,7 @@ def _reference(node, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) 
     wg = w.reshape(group, c // group, ocg, kh, kw)
     for ky in range(kh):
         for kx in range(kw):
-            tap = np.matmul(wg[:, :, :, ky, kx].transpose(0, 2, 1), xg).reshape(n, group, ocg, h, wd)
+            tap = blas.matmul(wg[:, :, :, ky, kx].transpose(0, 2, 1), xg).reshape(n, group, ocg, h, wd)
             full[..., ky * dh: ky * dh + (h - 1) * sh + 1: sh, kx * dw: kx * dw + (wd - 1) * sw + 1: sw] += tap
     y = full.reshape(n, group * ocg, *full.shape[3:])[:, :, top: top + oh, left: left + ow]
     if b is not None:

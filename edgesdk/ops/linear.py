@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import UnsupportedModelError
 from ..graph import Node
+from . import blas
 from .geometry import broadcast_shapes
 from .registry import BOOL, FLOAT, Signature, op
 
@@ -50,7 +51,7 @@ def _gemm_reference(node, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = N
     attrs = node.attrs
     a = a.T if attrs["transA"] else a
     b = b.T if attrs["transB"] else b
-    y = a @ b
+    y = blas.matmul(a, b)
     if attrs["alpha"] != 1.0:
         y *= y.dtype.type(attrs["alpha"])
     if c is not None and attrs["beta"] != 0.0:
@@ -99,7 +100,7 @@ def _matmul_macs(node, graph):
 
 @matmul.reference
 def _matmul_reference(node, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.matmul(a, b)
+    return blas.matmul(a, b)
 
 
 @matmul.torch

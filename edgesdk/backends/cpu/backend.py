@@ -96,7 +96,7 @@ class CPUBackend(Backend):
         """Run once on an arena of its own (from the pool); thread-safe."""
         arena = self._arenas.take()
         try:
-            return arena.execute(feeds, arena.runners)
+            return arena.execute(feeds)
         finally:
             self._arenas.give_back(arena)
 
@@ -136,24 +136,34 @@ class CPUBackend(Backend):
 
 class BoundArena:
     """One activation arena with the prepared steps bound to it: what one run in flight owns.
-    Arenas share the packed weights (read-only) and nothing else."""
+    Arenas share the packed weights (read-only) and nothing else.
+
+    Most runners are native Steps (kernel calls whose operands were checked when they were bound);
+    ``program`` runs the whole list in one native call, the GIL released across each stretch of
+    Steps and held for the Python runners between them (numpy copies, reference fallbacks)."""
 
     def __init__(self, nbytes: int, binders: list[Binder], inputs: dict[str, Slot], outputs: dict[str, Slot],
                  constants: dict[str, np.ndarray]) -> None:
         self.memory = aligned_host_buffer(nbytes)
         views = Views(self.memory)
         self.runners: list[Runner] = [bind(views) for bind in binders]
+        from ... import _native
+        self.program = _native.kernels.Program(self.runners)
         self.inputs = [(name, views[slot]) for name, slot in inputs.items()]
         readers = {name: _output_reader(views, slot) for name, slot in outputs.items()}
         readers.update((name, value.copy) for name, value in constants.items())
         self.outputs = [(name, readers[name]) for name in [*outputs, *constants]]
 
-    def execute(self, feeds: dict[str, np.ndarray], runners: list[Runner]) -> dict[str, np.ndarray]:
-        """The run loop over ``runners``: the prepared steps, or timed wrappers of them (profile)."""
+    def execute(self, feeds: dict[str, np.ndarray], runners: list[Runner] | None = None) -> dict[str, np.ndarray]:
+        """One run: the prepared program, or ``runners`` (timed wrappers of the steps, profile)
+        one by one from Python."""
         for name, buffer in self.inputs:
             np.copyto(buffer, feeds[name])
-        for runner in runners:
-            runner()
+        if runners is None:
+            self.program.run()
+        else:
+            for runner in runners:
+                runner()
         return {name: read() for name, read in self.outputs}
 
 

@@ -359,7 +359,7 @@ def transpose_copier(src: np.ndarray, dst: np.ndarray, source_layout: str, threa
     if native_transpose(a.dtype) and (short == 1 or short > 4) and a.flags.c_contiguous and b.flags.c_contiguous:
         from ... import _native
 
-        return partial(_native.kernels.transpose_2d, a, b, threads)
+        return _native.kernels.steps.transpose_2d(a, b, threads)
     short = min(a.shape[1], a.shape[2])
     if short > 32 or a.size < 16384:
         return partial(np.copyto, b, a.transpose(0, 2, 1))

@@ -373,7 +373,8 @@ class _RunContext:
         self.count = len(programs)
         self.batches = [p.batch for p in programs]
         self.outputs = outputs
-        self.runners: list[list[Runner]] = []
+        from ... import _native
+        self.programs: list = []  # per stage, its runners as one native Program (see cpu/backend.py)
         self.input_views: list[np.ndarray | None] = []
         self.out_views: list[np.ndarray] = []
         self.feed_views: list[tuple[str, np.ndarray]] = []
@@ -387,7 +388,7 @@ class _RunContext:
                 nxt = k + 1
                 out = m[layout.inputs[nxt]: layout.inputs[nxt] + layout.input_bytes[nxt]]
             runners, views = program.bind(arena, inp, out)
-            self.runners.append(runners)
+            self.programs.append(_native.kernels.Program(runners))
             if k > 0:
                 self.input_views.append(views[next(iter(program.inputs.values()))])
             else:
@@ -417,8 +418,7 @@ class _RunContext:
             step = self.batches[k - 1]
             for sub in range(start, start + b, step):
                 self._stage(k - 1, sub, feeds, results)
-        for runner in self.runners[k]:
-            runner()
+        self.programs[k].run()
         if k == self.count - 1:
             for name, view in self.result_views:
                 np.copyto(results[name][start:start + b], view)

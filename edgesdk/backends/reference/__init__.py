@@ -102,7 +102,8 @@ class _SharedBlasLimit:
     wrong order and leave the process limited for good. Here the first run in flight sets the
     limit, later ones count themselves in, and the last one out restores the original. While
     runs of sessions with different ``threads`` overlap, the first one's limit holds (a matter
-    of speed only: results do not depend on the BLAS thread count)."""
+    of speed only: the reference products accumulate in float64, so results do not depend on the
+    BLAS thread count; see ``edgesdk/ops/blas.py``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -12,7 +12,6 @@ kernel does not cover.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -84,16 +83,26 @@ def fused_act(node: Node) -> ActArgs:
     return act_args(node.attrs.get("fused_activation"))
 
 
+def in_order(runners: list[Runner]) -> Runner:
+    """One runner for ``runners`` in order: a native Step when every part is one (the run loop
+    then stays in C++), else a Python loop."""
+    k = native_kernels()
+    if len(runners) == 1:
+        return runners[0]
+    if all(isinstance(r, k.Step) for r in runners):
+        return k.steps.chain(runners)
+
+    def run() -> None:
+        for runner in runners:
+            runner()
+    return run
+
+
 def then_activate(run: Runner, out: np.ndarray, act: ActArgs, threads: int) -> Runner:
     """``run`` followed by the activation in place on ``out`` (for routines without a fused one)."""
     if act == NO_ACT:
         return run
-    activate = partial(native_kernels().activation, out, *act, threads)
-
-    def both() -> None:
-        run()
-        activate()
-    return both
+    return in_order([run, native_kernels().steps.activation(out, *act, threads)])
 
 
 # -- fallback -----------------------------------------------------------------------------------

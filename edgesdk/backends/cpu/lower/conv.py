@@ -70,10 +70,10 @@ def conv(node: Node, b: Builder) -> None:
     if separate_act:
         # Narrow outputs (LeNet's first conv): the kernel's per-tile activation pass would run
         # on rows of a few channels; one pass over the whole output is cheaper.
-        b.emit(node, "native", lambda v: then_activate(partial(new_plan().run, v[x], v[y], *NO_ACT, threads), v[y],
+        b.emit(node, "native", lambda v: then_activate(new_plan().step(v[x], v[y], *NO_ACT, threads), v[y],
                                                          act, threads), f"{kind}, activation as a separate pass")
         return
-    b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads), kind)
+    b.emit(node, "native", lambda v: new_plan().step(v[x], v[y], *act, threads), kind)
 
 
 # -- sparse 1x1 convolutions in CHW ----------------------------------------------------------------
@@ -177,8 +177,8 @@ def _conv_depthwise(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     dw = W.as_fp32(matrix[:, 0].transpose(1, 2, 0), b.precision)  # (KH, KW, C*multiplier)
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
-    b.emit(node, "native", lambda v: partial(
-        k.depthwise_conv, v[x], dw, bias, v[y], geometry["stride"], geometry["dilation"], geometry["pads"],
+    b.emit(node, "native", lambda v: k.steps.depthwise_conv(
+        v[x], dw, bias, v[y], geometry["stride"], geometry["dilation"], geometry["pads"],
         *act, threads, fp16_arith=b.precision == "fp16"), f"depthwise, {how}")
 
 
@@ -218,13 +218,8 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
 
     def bind(v: Views) -> Runner:
         xs, ys = v[x], v[y]
-        runs = [partial(new_plan().run, xs[..., i * cg:(i + 1) * cg], ys[..., i * og:(i + 1) * og], *act, threads)
-                for i, new_plan in enumerate(new_plans)]
-
-        def run() -> None:
-            for group_run in runs:
-                group_run()
-        return run
+        return k.steps.chain([new_plan().step(xs[..., i * cg:(i + 1) * cg], ys[..., i * og:(i + 1) * og], *act, threads)
+                              for i, new_plan in enumerate(new_plans)])
     b.emit(node, "native", bind, f"{group} groups, {how}")
 
 
@@ -241,12 +236,12 @@ def _conv_clustered(node: Node, b: Builder, enc: Clustered, bias: np.ndarray | N
     direct = kernel == (1, 1) and tuple(a["strides"]) == (1, 1) and not any(a["pads"])
     act, threads, o = fused_act(node), b.threads_for(node), enc.rows
     if direct:
-        b.emit(node, "native", lambda v: partial(k.clustered_gemm, v[x].reshape(-1, v[x].shape[-1]), packed,
-                                                 v[y].reshape(-1, o), *act, threads),
+        b.emit(node, "native", lambda v: k.steps.clustered_gemm(v[x].reshape(-1, v[x].shape[-1]), packed,
+                                                        v[y].reshape(-1, o), *act, threads),
                f"clustered {enc.describe()} GEMM{W.coding_note(b.graph.tensors[node.inputs[1]])}")
         return
     new_plan = partial(k.ClusteredConvPlan, packed, list(x.storage_shape), kernel, **_conv_geometry(node))
-    b.emit(node, "native", lambda v: partial(new_plan().run, v[x], v[y], *act, threads),
+    b.emit(node, "native", lambda v: new_plan().step(v[x], v[y], *act, threads),
            f"clustered {enc.describe()} indirect conv{W.coding_note(b.graph.tensors[node.inputs[1]])}")
 
 
@@ -264,24 +259,18 @@ def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None
         new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(enc.shape[2:]), **geometry,
                            algorithm="direct")  # the compressed paths stay as they are
         cent = b.scratch((n, oh, ow, enc.centroids.shape[0]))
-        centroid_conv = lambda v: partial(new_plan().run, v[x], v[cent], *NO_ACT, b.threads_for(node))  # noqa: E731
+        centroid_conv = lambda v: new_plan().step(v[x], v[cent], *NO_ACT, b.threads_for(node))  # noqa: E731
     else:
         dw = W.nnm_depthwise_weights(enc, b.precision)
         cent = b.scratch((n, oh, ow, dw.shape[-1]))
-        centroid_conv = lambda v: partial(  # noqa: E731
-            k.depthwise_conv, v[x], dw, None, v[cent], geometry["stride"], geometry["dilation"],
+        centroid_conv = lambda v: k.steps.depthwise_conv(  # noqa: E731
+            v[x], dw, None, v[cent], geometry["stride"], geometry["dilation"],
             geometry["pads"], *NO_ACT, b.threads_for(node))
     act, threads = fused_act(node), b.threads_for(node)
 
     def bind(v: Views) -> Runner:
-        first = centroid_conv(v)
-        gather = partial(k.nnm_gather, v[cent].reshape(n * oh * ow, -1), assign, bias, v[y].reshape(-1, o),
-                         *act, threads)
-
-        def run() -> None:
-            first()
-            gather()
-        return run
+        gather = k.steps.nnm_gather(v[cent].reshape(n * oh * ow, -1), assign, bias, v[y].reshape(-1, o), *act, threads)
+        return k.steps.chain([centroid_conv(v), gather])
     b.emit(node, "native", bind, f"{enc.describe()}: centroid conv + gather")
 
 

@@ -11,7 +11,7 @@ from ....graph import Node
 from ....ops.elementwise import c99_pow
 from ....runtime.precision import round_constant
 from ..program import NCHW, NHWC, Builder, Runner, Slot, Views, same_bytes_in_both_layouts
-from .base import ACTIVATION_OPS, NO_ACT, ActArgs, fused_act, native_kernels, then_activate, act_args, lowering
+from .base import ACTIVATION_OPS, NO_ACT, ActArgs, fused_act, in_order, native_kernels, then_activate, act_args, lowering
 
 _NATIVE_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul"}
 _NUMPY_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": c99_pow}
@@ -78,7 +78,7 @@ def _native_binary(node: Node, b: Builder, op: str, names, roles, layout, recipr
 
     def bind(v: Views) -> Runner:
         rhs = other if not isinstance(other, Slot) else (v[other] if b_role == "full" else v[other].reshape(-1))
-        return partial(k.binary, op, v[a], rhs, v[y], not first_full, *act, threads)
+        return k.steps.binary(op, v[a], rhs, v[y], not first_full, *act, threads)
     b.emit(node, "native", bind, f"{op} ({b_role} operand)")
 
 
@@ -154,16 +154,10 @@ def _copy_then_activate(node: Node, b: Builder, x_name: str, act: ActArgs, note:
     threads, fused = b.threads_for(node), fused_act(node)
 
     def bind(v: Views) -> Runner:
-        copy = partial(np.copyto, v[y], v[x])
-        first = partial(k.activation, v[y], *act, threads)
-        second = partial(k.activation, v[y], *fused, threads) if fused != NO_ACT else None
-
-        def run() -> None:
-            copy()
-            first()
-            if second is not None:
-                second()
-        return run
+        src, dst = v[x], v[y]
+        copy = k.steps.copy_bytes(src, dst) if src.flags.c_contiguous else partial(np.copyto, dst, src)
+        return in_order([copy, k.steps.activation(dst, *act, threads)]
+                        + ([k.steps.activation(dst, *fused, threads)] if fused != NO_ACT else []))
     b.emit(node, "native", bind, note)
 
 

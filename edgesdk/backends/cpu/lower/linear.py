@@ -12,7 +12,7 @@ from ....graph import Node
 from ....runtime.precision import round_constant
 from .. import weights as W
 from ..program import NCHW, Builder, Runner, Slot, Views
-from .base import NO_ACT, fused_act, native_kernels, fallback, lowering
+from .base import NO_ACT, fused_act, in_order, native_kernels, fallback, lowering
 from .lq import bitwise_layer, gemm_bitwise
 
 
@@ -35,14 +35,14 @@ def gemm(node: Node, b: Builder) -> None:
     enc = W.uncoded(wt.encoding)
     if attrs["transB"] and isinstance(enc, Clustered):
         weights = W.pack_clustered(k, enc, bias, b.precision, scale=alpha)
-        return _emit_linear(node, b, k.clustered_gemm, weights, f"clustered {enc.describe()}{W.coding_note(wt)}")
+        return _emit_linear(node, b, k.steps.clustered_gemm, weights, f"clustered {enc.describe()}{W.coding_note(wt)}")
     if attrs["transB"] and isinstance(enc, NNM) and enc.mode == "shared":
         return _gemm_nnm(node, b, enc, bias, alpha)
     matrix, how = W.stored_matrix(wt)
     if alpha != 1.0:
         matrix = matrix.astype(np.float32) * np.float32(alpha)
     packed = W.pack_dense(k, matrix, bias, b.precision, "nk" if attrs["transB"] else "kn")
-    _emit_linear(node, b, k.gemm, packed, ("GEMV" if m == 1 else "GEMM") + f", {how}")
+    _emit_linear(node, b, k.steps.gemm, packed, ("GEMV" if m == 1 else "GEMM") + f", {how}")
 
 
 def _linear_input(node: Node, b: Builder) -> tuple[Slot, Slot | None]:
@@ -59,15 +59,10 @@ def _emit_linear(node: Node, b: Builder, fn, weights, note: str) -> None:
     act, threads = fused_act(node), b.threads_for(node)
 
     def bind(v: Views) -> Runner:
-        call = partial(fn, v[transposed] if transposed else v[a], weights, v[y], *act, threads)
+        call = fn(v[transposed] if transposed else v[a], weights, v[y], *act, threads)
         if transposed is None:
             return call
-        flip = partial(np.copyto, v[transposed], v[a].T)
-
-        def run() -> None:
-            flip()
-            call()
-        return run
+        return in_order([partial(np.copyto, v[transposed], v[a].T), call])
     b.emit(node, "native", bind, note)
 
 
@@ -86,13 +81,9 @@ def _gemm_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None, alpha: 
         steps = []
         if transposed is not None:
             steps.append(partial(np.copyto, v[transposed], v[a].T))
-        steps.append(partial(k.gemm, v[transposed] if transposed else v[a], packed, v[cent], *NO_ACT, threads))
-        steps.append(partial(k.nnm_gather, v[cent], assign, bias, v[y], *act, threads))
-
-        def run() -> None:
-            for step in steps:
-                step()
-        return run
+        steps.append(k.steps.gemm(v[transposed] if transposed else v[a], packed, v[cent], *NO_ACT, threads))
+        steps.append(k.steps.nnm_gather(v[cent], assign, bias, v[y], *act, threads))
+        return in_order(steps)
     b.emit(node, "native", bind, f"{enc.describe()}: centroid GEMM + gather")
 
 
@@ -114,7 +105,7 @@ def _matmul_constant_weight(node: Node, b: Builder, w_shape: tuple[int, int]) ->
     a = b.read(a_name, NCHW)
     y = b.write(node.outputs[0], NCHW)
     act, threads = fused_act(node), b.threads_for(node)
-    b.emit(node, "native", lambda v: partial(k.gemm, v[a].reshape(-1, kk), packed, v[y].reshape(-1, n), *act, threads),
+    b.emit(node, "native", lambda v: k.steps.gemm(v[a].reshape(-1, kk), packed, v[y].reshape(-1, n), *act, threads),
            "GEMM over the flattened leading axes")
 
 

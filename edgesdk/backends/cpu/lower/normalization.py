@@ -34,13 +34,8 @@ def batch_norm(node: Node, b: Builder) -> None:
     act, threads = fused_act(node), b.threads_for(node)
 
     def bind(v: Views) -> Runner:
-        multiply = partial(k.binary, "mul", v[x], scale, v[y], False, *NO_ACT, threads)
-        add = partial(k.binary, "add", v[y], shift, v[y], False, *act, threads)
-
-        def run() -> None:
-            multiply()
-            add()
-        return run
+        return k.steps.chain([k.steps.binary("mul", v[x], scale, v[y], False, *NO_ACT, threads),
+                              k.steps.binary("add", v[y], shift, v[y], False, *act, threads)])
     b.emit(node, "native", bind, "per-channel scale and shift")
 
 

@@ -28,10 +28,10 @@ def pool(node: Node, b: Builder) -> None:
     include_pad = bool(average and a["count_include_pad"])
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
-    fn = k.avg_pool if average else k.max_pool
+    fn = k.steps.avg_pool if average else k.steps.max_pool
     args = (tuple(a["kernel_shape"]), tuple(a["strides"]), tuple(a["dilations"]), list(sweep_pads), include_pad)
     act, threads = fused_act(node), b.threads_for(node)
-    b.emit(node, "native", lambda v: partial(fn, v[x], v[y], *args, *act, threads), node.op)
+    b.emit(node, "native", lambda v: fn(v[x], v[y], *args, *act, threads), node.op)
 
 
 def swept_pads(node: Node, b: Builder) -> tuple[list[int], str | None]:
@@ -55,13 +55,13 @@ def global_pool(node: Node, b: Builder) -> None:
     act, threads = fused_act(node), b.threads_for(node)
     if node.op == "GlobalAveragePool" and reads_chw(b, node.inputs[0]):
         x, y = b.read(node.inputs[0], NCHW), b.write(node.outputs[0], NCHW)
-        b.emit(node, "native", lambda v: partial(k.global_avgpool_chw, v[x], v[y].reshape(n, c), *act, threads),
+        b.emit(node, "native", lambda v: k.steps.global_avgpool_chw(v[x], v[y].reshape(n, c), *act, threads),
                "global average (CHW)")
         return
     x = b.read(node.inputs[0], NHWC)
     y = b.write(node.outputs[0], NHWC)
     if node.op == "GlobalAveragePool":
-        b.emit(node, "native", lambda v: partial(k.global_avg_pool, v[x], v[y].reshape(n, c), *act, threads),
+        b.emit(node, "native", lambda v: k.steps.global_avg_pool(v[x], v[y].reshape(n, c), *act, threads),
                "global average")
         return
     b.emit(node, "numpy", lambda v: then_activate(

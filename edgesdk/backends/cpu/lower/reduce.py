@@ -17,7 +17,7 @@ import numpy as np
 from ....graph import Node
 from ....ops.reduce import ARG_OPS, REDUCE_KINDS, REDUCE_OPS, ReducePass, reduction_passes
 from ..program import NCHW, NHWC, PARALLEL_MIN_WORK, Builder, Runner, Slot, Views
-from .base import lowering, native_kernels
+from .base import in_order, lowering, native_kernels
 
 # The logical (NCHW) axis each NHWC storage axis holds.
 _NHWC_AXES = (0, 2, 3, 1)
@@ -62,7 +62,7 @@ def reduce(node: Node, b: Builder) -> None:
         targets = [v[s] for s in between] + [v[y].reshape(-1)]
         steps = [_pass(p, src, dst, v[absolute] if absolute else None, threads)
                  for p, src, dst in zip(passes, sources, targets)]
-        return _in_order(steps)
+        return in_order(steps)
     kinds = " then ".join(p.kind for p in passes)
     b.emit(node, "native", bind, f"{kinds} over {'x'.join(str(p.axis) for p in passes)} values")
 
@@ -73,9 +73,9 @@ def _pass(p: ReducePass, src: np.ndarray, dst: np.ndarray, scratch: np.ndarray |
         return partial(k.reduce, src, dst, p.outer, p.axis, p.inner, p.kind, threads)
     summed = partial(k.reduce, scratch if p.kind == "l1" else src, dst, p.outer, p.axis, p.inner, "sum", threads)
     if p.kind == "l1":
-        return _in_order([partial(np.abs, src, out=scratch), summed])
+        return in_order([partial(np.abs, src, out=scratch), summed])
     if p.kind == "log_sum":
-        return _in_order([summed, partial(k.activation, dst, "log", None, None, threads)])
+        return in_order([summed, k.steps.activation(dst, "log", None, None, threads)])
     raise AssertionError(f"no cpu kernel for a {p.kind} pass")
 
 
@@ -100,11 +100,3 @@ def argreduce(node: Node, b: Builder) -> None:
            f"arg{find} over {shape[axis]} values, int64 out")
 
 
-def _in_order(steps: list[Runner]) -> Runner:
-    if len(steps) == 1:
-        return steps[0]
-
-    def run() -> None:
-        for step in steps:
-            step()
-    return run
