@@ -86,7 +86,7 @@ def test_a_step_keeps_its_operands_alive() -> None:
     a, b = rand(64, 32), rand(32)
     expected = a + b
     out = np.empty_like(a)
-    step = k.steps.binary("add", a, b, out, False)
+    step = k.steps.chain([k.steps.binary("add", a, b, out, False)])  # a chain holds its parts
     del a, b
     gc.collect()
     step()

@@ -81,9 +81,8 @@ void register_steps(py::module_& km) {
   steps.def("chain", [](const std::vector<std::shared_ptr<Step>>& parts) {
     for (const auto& p : parts)
       if (p == nullptr) throw py::value_error("chain: None is not a Step");
-    std::vector<py::object> owners;
-    for (const auto& p : parts) owners.insert(owners.end(), p->owners.begin(), p->owners.end());
-    return Step{[parts] { for (const auto& p : parts) p->run(); }, std::move(owners)};
+    // The parts it holds keep their own operands alive: the chain owns nothing more.
+    return Step{[parts] { for (const auto& p : parts) p->run(); }, {}};
   }, py::arg("parts"), "One Step running ``parts`` in order.");
 
   edgesdk::bindings::def_kernel(km, "copy_bytes", [](const py::array& src, py::array& dst) {
