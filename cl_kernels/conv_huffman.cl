@@ -8,10 +8,12 @@
 // Huffman), a barrier, then every work-item multiplies that block's entries into its
 // accumulators: LR work-items along the rows (rows lr, lr + LR, ... of the block: RPW each) x LP
 // along the pixels (VEC pixels each). Column blocks are summed in order in registers: no atomics,
-// no second pass, deterministic.
+// no second pass, deterministic. A block that does not fit local memory is decoded SR rows at a
+// time (SR = BR when it fits; else a multiple of LR, so each work-item's rows stay its own): the
+// decoder's bit reader carries on from strip to strip, SE entries at most per strip.
 //
 // Layout (-D DENSE_LAYOUT=0): per row of the block its entries (gap, value), then end-of-row:
-// decoded into lrow (each row's first entry), lcol (block-local column) and lval (the value).
+// decoded into lrow (each row's first entry in the strip), lcol (block-local column) and lval.
 // DENSE_LAYOUT=1: every weight of the block is an index, rows in order: lval only.
 // Values: V_MODE 1 codebook indices (CB_BITS, CB_ROWS codebooks: 1 per layer or per row),
 // V_MODE 0 raw values (float or half: W_HALF) in entry order from value_start[b].
@@ -113,10 +115,10 @@ __kernel void conv_huffman(__global const X_T* restrict x, __global const uchar*
                            __global const ushort* restrict index_table, __global const void* restrict values,
                            __global const uint* restrict value_start, __global const float* restrict codebook,
                            __global const B_T* restrict bias, __global Y_T* restrict y) {
-    __local float lval[MAXE];
+    __local float lval[SE];
 #if !DENSE_LAYOUT
-    __local ushort lcol[MAXE];
-    __local int lrow[BR + 1];
+    __local ushort lcol[SE];
+    __local int lrow[SR + 1];
 #endif
     const int lp = get_local_id(0);
     const int lr = get_local_id(1);
@@ -155,75 +157,78 @@ __kernel void conv_huffman(__global const X_T* restrict x, __global const uchar*
     for (int bj = 0; bj < GC; ++bj) {
         const int c0 = bj * BC;
         const int width = min(BC, COLS - c0);
-        if (lp == 0 && lr == 0) {
-            const int b = bi * GC + bj;
-            BitReader br = {0ul, 0u, offsets[b]};
+        const int b = bi * GC + bj;
+        BitReader br = {0ul, 0u, offsets[b]};  // work-item 0's decoder, across the block's strips
+#if !DENSE_LAYOUT && V_MODE == 0
+        uint ev = value_start[b];  // the next raw value of the block
+#endif
+        for (int s0 = 0; s0 < rows_here; s0 += SR) {
+            const int srows = min(SR, rows_here - s0);
+            if (lp == 0 && lr == 0) {
 #if DENSE_LAYOUT
-            for (int r = 0; r < rows_here; ++r) {
-                const int cbase = CB_ROWS == 1 ? 0 : (r0 + r) << CB_BITS;
-                for (int c = 0; c < width; ++c)
-                    lval[r * width + c] = codebook[cbase + next_symbol(&br, stream, index_table)];
-            }
-#else
-            int e = 0;
-#if V_MODE == 0
-            const uint vbase = value_start[b];
-#endif
-            for (int r = 0; r < rows_here; ++r) {
-                lrow[r] = e;
-#if V_MODE == 1
-                const int cbase = CB_ROWS == 1 ? 0 : (r0 + r) << CB_BITS;
-#endif
-                int col = -1;
-                while (e < MAXE) {
-                    const uint g = next_symbol(&br, stream, gap_table);
-                    if (g >= (uint)BC) break;  // end of row
-                    col += 1 + (int)g;
-                    if (col >= width) break;  // (a corrupt stream: the host validated it)
-#if V_MODE == 1
-                    const float v = codebook[cbase + next_symbol(&br, stream, index_table)];
-#else
-                    const float v = LOAD_W((__global const W_T*)values, vbase + (uint)e);
-#endif
-                    lcol[e] = (ushort)col;
-                    lval[e] = v;
-                    ++e;
+                for (int r = 0; r < srows; ++r) {
+                    const int cbase = CB_ROWS == 1 ? 0 : (r0 + s0 + r) << CB_BITS;
+                    for (int c = 0; c < width; ++c)
+                        lval[r * width + c] = codebook[cbase + next_symbol(&br, stream, index_table)];
                 }
+#else
+                int e = 0;
+                for (int r = 0; r < srows; ++r) {
+                    lrow[r] = e;
+#if V_MODE == 1
+                    const int cbase = CB_ROWS == 1 ? 0 : (r0 + s0 + r) << CB_BITS;
+#endif
+                    int col = -1;
+                    for (;;) {  // (col grows every turn: at most `width` turns)
+                        const uint g = next_symbol(&br, stream, gap_table);
+                        if (g >= (uint)BC) break;  // end of row: read even when the strip is full
+                        col += 1 + (int)g;
+                        if (col >= width || e >= SE) break;  // (a corrupt stream: the host validated it)
+#if V_MODE == 1
+                        const float v = codebook[cbase + next_symbol(&br, stream, index_table)];
+#else
+                        const float v = LOAD_W((__global const W_T*)values, ev++);
+#endif
+                        lcol[e] = (ushort)col;
+                        lval[e] = v;
+                        ++e;
+                    }
+                }
+                lrow[srows] = e;
+#endif
             }
-            lrow[rows_here] = e;
-#endif
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (active) {
-            for (int k = 0; k < RPW; ++k) {
-                const int r = lr + k * LR;
-                if (r >= rows_here) break;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (active) {
+                for (int k = 0; k < RPW; ++k) {  // (a constant range: acc stays in registers)
+                    const int r = lr + k * LR;  // the block row; s0 + row of the strip
+                    if (r < s0 || r >= s0 + srows) continue;
 #if DENSE_LAYOUT
-                const int begin = r * width, end = begin + width;
+                    const int begin = (r - s0) * width, end = begin + width;
 #else
-                const int begin = lrow[r], end = lrow[r + 1];
+                    const int begin = lrow[r - s0], end = lrow[r - s0 + 1];
 #endif
-                floatV a = acc[k];
-                for (int e = begin; e < end; ++e) {
+                    floatV a = acc[k];
+                    for (int e = begin; e < end; ++e) {
 #if DENSE_LAYOUT
-                    const int col = c0 + (e - begin);
+                        const int col = c0 + (e - begin);
 #else
-                    const int col = c0 + (int)lcol[e];
+                        const int col = c0 + (int)lcol[e];
 #endif
-                    const float v = lval[e];
+                        const float v = lval[e];
 #if !PW
-                    if (!tap_rows_in(col, oy)) continue;  // a tap row in the padding: nothing to add
+                        if (!tap_rows_in(col, oy)) continue;  // a tap row in the padding: nothing to add
 #endif
-                    const floatV xv = x_taps(xn, col, P0_OR_OY, OX0);
+                        const floatV xv = x_taps(xn, col, P0_OR_OY, OX0);
 #if NONFINITE
-                    if (slow) hits[k] += (intV)(1) + isfinite(xv);
+                        if (slow) hits[k] += (intV)(1) + isfinite(xv);
 #endif
-                    a += HMULV((floatV)(v), xv);
+                        a += HMULV((floatV)(v), xv);
+                    }
+                    acc[k] = a;
                 }
-                acc[k] = a;
             }
+            barrier(CLK_LOCAL_MEM_FENCE);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
 
     if (!active) return;

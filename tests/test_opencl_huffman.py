@@ -6,9 +6,12 @@ layout with codebook indices or raw fp32 values, dense layout (every weight an i
 blocks and small odd ones (3x5, 7x4) on shapes that are no multiple of them, 1x1 and 3x3 convs with
 strides, padding and dilation, Gemm at batch 1 and 5, fused activations, fp16 storage, and
 non-finite inputs (NaN and inf where ONNX Runtime's dense product has them: a pruned weight times
-inf is NaN). fp32: rtol 1e-4; fp16: against the reference's fp16 mode, rtol 1e-2.
+inf is NaN), and blocks larger than the device's local memory (decoded a strip of rows at a time,
+as on NVIDIA, Adreno and Mali). fp32: rtol 1e-4; fp16: against the reference's fp16 mode, rtol 1e-2.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -201,10 +204,50 @@ def test_grouped_conv_runs_decoded_at_load() -> None:
 
 def test_block_too_large_for_local_memory_runs_decoded_at_load(monkeypatch) -> None:
     from edgesdk.backends.opencl.lower import conv_huffman
-    monkeypatch.setattr(conv_huffman, "local_bytes", lambda enc: 1 << 40)
+    monkeypatch.setattr(conv_huffman, "local_bytes", lambda enc, rows, per_row=None: 1 << 40)
     enc = ENCODERS["dense"](rand(8, 4, 3, 3), (8, 36))
     steps = check(conv_graph(enc, (1, 4, 5, 5), pads=(1, 1, 1, 1)), rand(1, 4, 5, 5), kernel=None)
     assert "local memory" in steps[0].note and "decoded at load" in steps[0].note
+
+
+# Local memory per work-group: NVIDIA's 48 KiB (a 128x128 float block is 64 KiB), Adreno's and
+# Mali's 32 KiB, and less (strips of 8 rows): PoCL has far more, so the tests shrink its budget.
+# The sparse blocks (80-90% zero: 10-20 KiB) fit 32 KiB whole: smaller budgets make them strip.
+STRIP_CASES = [("dense", 48), ("dense", 32), ("dense", 4), ("sparse-codebook", 8), ("sparse-codebook", 5),
+               ("sparse-fp32", 16), ("sparse-fp32", 6)]
+
+
+@pytest.mark.parametrize("encoding, kib", STRIP_CASES, ids=[f"{e}-{k}KiB" for e, k in STRIP_CASES])
+def test_blocks_larger_than_local_memory_decode_in_row_strips(monkeypatch, encoding: str, kib: int) -> None:
+    """The 128x128 blocks of a 130x144 layer (2 x 2 blocks, edge blocks 2 rows and 16 columns) on a
+    device whose local memory holds only part of a block: decoded a strip of rows at a time, the
+    bit reader (and the raw values' position) carried from strip to strip."""
+    from edgesdk.backends.opencl.lower import conv_huffman
+    monkeypatch.setattr(conv_huffman, "local_budget", lambda info: kib << 10)
+    w_shape, x_shape, attrs = CONVS["3x3-2x2-blocks"]
+    enc = ENCODERS[encoding](rand(*w_shape), (128, 128))
+    steps = check(conv_graph(enc, x_shape, **attrs), rand(*x_shape))
+    assert "rows at a time" in steps[0].note, steps[0].note
+
+
+@pytest.mark.parametrize("encoding, kib", [("dense", 6), ("sparse-codebook", 2), ("sparse-fp32", 2)],
+                         ids=["dense", "sparse-codebook", "sparse-fp32"])
+def test_gemm_and_pointwise_in_row_strips(monkeypatch, encoding: str, kib: int) -> None:
+    """Strips on the flattened-pixel path (Gemm, 1x1 conv) with blocks that are no multiple of the
+    strip, and the non-finite rule across strips."""
+    from edgesdk.backends.opencl.lower import conv_huffman
+    monkeypatch.setattr(conv_huffman, "local_budget", lambda info: kib << 10)
+    enc = ENCODERS[encoding](rand(45, 300), (40, 128))
+    x = rand(5, 300)
+    x[1, 7] = np.inf
+    x[3, 200] = np.nan
+    steps = check(gemm_graph(enc, 1, alpha=0.5, beta=2.0), rand(1, 300))
+    assert "rows at a time" in steps[0].note, steps[0].note
+    got, want, _ = run_both(gemm_graph(enc, 5), x)
+    _assert_same_specials(got, want, f"gemm {encoding}")
+    x = rand(2, 300, 3, 5)
+    steps = check(conv_graph(dataclasses.replace(enc, shape=(45, 300, 1, 1)), x.shape), x)  # the same matrix
+    assert "rows at a time" in steps[0].note, steps[0].note
 
 
 def test_lookup_table_decodes_every_code() -> None:

@@ -174,6 +174,12 @@ def _huffman_cases():
     wg = rng.standard_normal((7, 13)).astype(np.float32)
     yield "huffman_gemm", graph(encode_huffman(encode_sparse(wg, prune_mask(wg, 0.6), bits=2), block=(3, 8)), (3, 13),
                                 op="Gemm")
+    # blocks decoded a strip of rows at a time (local memory shrunk by STRIP_BUDGETS)
+    ws = rng.standard_normal((20, 4, 3, 3)).astype(np.float32)
+    yield "huffman_strips_raw", graph(encode_huffman(encode_sparse(ws, prune_mask(ws, 0.7)), block=(16, 36)),
+                                      (1, 4, 5, 6), pads=(1, 1, 1, 1))
+    yield "huffman_strips_dense", graph(encode_huffman(encode_clustered(ws, 3), block=(16, 36)), (1, 4, 5, 6),
+                                        pads=(1, 1, 1, 1))
 
 
 # Device-config overrides for cases whose kernel the generic profile would not pick on so small a
@@ -181,6 +187,9 @@ def _huffman_cases():
 FORCED = {"conv_oc_wide": "kernels:\n  conv_oc: {min_k: 1}\n",
           "winograd": "kernels:\n  winograd: {min_k: 1, min_tiles: 1}\n",
           "winograd_wide": "kernels:\n  winograd: {min_k: 1, min_tiles: 1}\n"}
+
+# Local memory (bytes) conv_huffman may use in these cases: less than one block, so it strips.
+STRIP_BUDGETS = {"huffman_strips_raw": 2048, "huffman_strips_dense": 1536}
 
 
 def run_suite() -> int:
@@ -208,8 +217,13 @@ def run_suite() -> int:
             if name in FORCED:
                 (forced_dir / f"{name}.yaml").write_text(FORCED[name])
                 os.environ["EDGESDK_OPENCL_CONFIG"] = str(forced_dir / f"{name}.yaml")
+            from edgesdk.backends.opencl.lower import conv_huffman
+            budget = STRIP_BUDGETS.get(name)
+            conv_huffman.local_budget = (lambda info: budget) if budget else (lambda info: int(info.local_mem_bytes))
             sess = edgesdk.Session(model, backend="opencl", precision=precision)
             assert not sess._impl.fallback_reasons, (name, sess._impl.fallback_reasons)
+            if budget:
+                assert "rows at a time" in sess._impl._steps[0].note, (name, sess._impl._steps[0].note)
             if name in FORCED:
                 ran = {launch.name for step in sess._impl._steps for launch in step.launches}
                 assert ran & {"conv_oc", "winograd_gemm"}, (name, ran)
