@@ -9,7 +9,8 @@ import pytest
 
 from edgesdk.graph import Node
 from edgesdk.loader import load_model
-from edgesdk.runtime.arena import Block, Pool, activation_lifetimes, aligned_host_buffer, plan_arena
+from edgesdk.runtime.arena import (Block, Pool, activation_lifetimes, aligned_host_buffer, plan_arena,
+                                   plan_shared_objects)
 from edgesdk.runtime.fallback import ReferenceStep
 from edgesdk.runtime.plan import make_plan
 from edgesdk.runtime.profiling import StepInfo, op_records, timed_runners
@@ -34,6 +35,28 @@ def test_plan_arena_never_overlaps_live_blocks_and_stays_near_the_peak(alignment
         aligned = [max(alignment, -(-b.nbytes // alignment) * alignment) for b in blocks]
         peak = max(sum(n for n, b in zip(aligned, blocks) if b.first <= t <= b.last) for t in range(-1, 30))
         assert peak <= size <= sum(aligned)
+
+
+def test_shared_objects_never_hold_two_live_blocks_and_fit_every_tenant() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        blocks = []
+        for i in range(rng.integers(1, 25)):
+            first = int(rng.integers(-1, 20))
+            last = math.inf if rng.random() < 0.1 else first + int(rng.integers(0, 6))
+            blocks.append(Block(int(rng.integers(1, 5000)), first, last, f"b{i}"))
+        sizes = plan_shared_objects(blocks)
+        for a in blocks:
+            assert 0 <= a.slot < len(sizes) and a.nbytes <= sizes[a.slot]
+            for b in blocks:
+                if a is not b and a.overlaps_in_time(b):
+                    assert a.slot != b.slot, (a, b)
+        assert all(any(b.slot == i for b in blocks) for i in range(len(sizes)))
+        peak = max(sum(b.nbytes for b in blocks if b.first <= t <= b.last) for t in range(-1, 30))
+        assert peak <= sum(sizes) <= sum(b.nbytes for b in blocks)
+    # a chain (each block alive with its neighbours only) needs two objects, not one per block
+    chain = [Block(1000 - i, i, i + 1, f"c{i}") for i in range(10)]
+    assert plan_shared_objects(chain) == [1000, 999]
 
 
 def test_blocks_compare_by_identity() -> None:

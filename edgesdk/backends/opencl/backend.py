@@ -8,7 +8,9 @@ Set-up (``__init__``), in order:
    view sharing its input's storage;
 2. memory: graph inputs/outputs get their own mappable buffers; every other activation (and the
    scratch of NNM, Winograd and multi-pass reduction layers) gets an offset in one arena, planned
-   from the execution plan's liveness so that tensors that are never alive together share bytes;
+   from the execution plan's liveness so that tensors that are never alive together share bytes
+   (or, where the device config says ``activation_storage: objects``, a whole buffer shared by
+   tensors never alive together: no sub-buffers);
 3. lowering: each node goes through the ``KERNELS`` table; a node without a kernel (or a variant
    a kernel refuses) is placed on the reference backend, which the profile shows with the reason.
 
@@ -36,7 +38,7 @@ import numpy as np
 
 from ...errors import BackendUnavailableError, ModelTooLargeError, SessionClosedError, UnsupportedModelError
 from ...graph import Node
-from ...runtime.arena import Block, activation_lifetimes, plan_arena
+from ...runtime.arena import Block, activation_lifetimes, plan_arena, plan_shared_objects
 from ...runtime.fallback import FALLBACK_PLACEMENT, ReferenceStep, warn_fallbacks
 from ...runtime.plan import ExecutionPlan
 from ...runtime.profiling import StepInfo, op_records, timed_runners
@@ -198,15 +200,16 @@ class OpenCLBackend(Backend):
             if need:
                 scratch_sizes[step.node.name] = need
                 blocks.append(Block(need, index, index, f"scratch:{step.node.name}"))
-        arena_bytes = plan_arena(blocks, alignment)
-        self._check_allocation("arena (activations)", arena_bytes)
         for root in io_roots:
             self._check_allocation(repr(root), self._nbytes(root))
-        arena = DeviceBuffer(self.device, arena_bytes, label="arena", zero_copy=self.zero_copy) if blocks else None
-        buffers: dict[str, DeviceBuffer] = {}
-        for block in blocks:
-            buffers[block.name] = DeviceBuffer(self.device, block.nbytes, label=block.name, zero_copy=self.zero_copy,
-                                               parent=arena, origin=block.offset)
+        if self.config.activation_storage == "objects":
+            arena, arena_bytes, buffers = None, *self._shared_objects(blocks)
+        else:
+            arena_bytes = plan_arena(blocks, alignment)
+            self._check_allocation("arena (activations)", arena_bytes)
+            arena = DeviceBuffer(self.device, arena_bytes, label="arena", zero_copy=self.zero_copy) if blocks else None
+            buffers = {block.name: DeviceBuffer(self.device, block.nbytes, label=block.name, zero_copy=self.zero_copy,
+                                                parent=arena, origin=block.offset) for block in blocks}
         io: dict[str, DeviceBuffer] = {}
         for root in sorted(io_roots):
             io[root] = buffers[root] = DeviceBuffer(self.device, self._nbytes(root), label=root,
@@ -219,6 +222,16 @@ class OpenCLBackend(Backend):
                               io_bytes=sum(b.nbytes for b in io.values()), weight_bytes=0,
                               zero_copy=self.zero_copy)
         return tensors, io, scratch, arena, report
+
+    def _shared_objects(self, blocks: list[Block]) -> tuple[int, dict[str, DeviceBuffer]]:
+        """``activation_storage: objects``: one buffer per shared object (runtime/arena.py), each
+        block's tensor using its object's buffer from offset 0. Returns the bytes and the buffers."""
+        sizes = plan_shared_objects(blocks)
+        for size in sizes:
+            self._check_allocation("an activation buffer", size)
+        objects = [DeviceBuffer(self.device, size, label=f"activations:{i}", zero_copy=self.zero_copy)
+                   for i, size in enumerate(sizes)]
+        return sum(sizes), {block.name: objects[block.slot] for block in blocks}
 
     def _nbytes(self, name: str) -> int:
         tensor = self.plan.graph.tensors[name]
@@ -279,17 +292,23 @@ class OpenCLBackend(Backend):
             weight_bytes=sum(self._weight_bytes_by_tensor.get(i, 0) for i in node.inputs if i),
             scratch_bytes=self._scratch[node.name].nbytes if node.name in self._scratch else 0)
 
-    def _runner(self, step: _Step) -> Callable[[], list[Any]]:
-        """What one step does in a run: enqueue its kernels (returning their events) or run its
-        reference fallback between reads and writes of its buffers."""
+    def _runner(self, step: _Step, queue: Any = None) -> Callable[[], list[Any]]:
+        """What one step does in a run: enqueue its kernels on ``queue`` (the device's run queue
+        by default; returning their events) or run its reference fallback between reads and
+        writes of its buffers, which go through the run queue. Kernels on another queue (the
+        profiling one) wait for those: the fallback then finishes the run queue."""
+        run_queue = self.device.queue
+        queue = run_queue if queue is None else queue
         if step.fallback is not None:
             fallback = step.fallback
 
             def run_fallback() -> list[Any]:
                 self._run_on_reference(fallback)
+                if queue is not run_queue:
+                    run_queue.finish()
                 return []
             return run_fallback
-        launches, queue = step.launches, self.device.queue
+        launches = step.launches
         return lambda: [launch.enqueue(queue) for launch in launches]
 
     def _io_arguments(self) -> list[tuple[Any, int, str]]:
@@ -398,11 +417,12 @@ class OpenCLBackend(Backend):
     def _timed_steps(self) -> tuple[list[float], list[float]]:
         """Run every step with the profiling loop (caller holds the lock): each step's host
         time, and its kernels' device time from their profiling events."""
-        queue = self.device.queue
-        queue.finish()
+        queue = self.device.profiling_queue
+        self.device.queue.finish()  # the feeds (an unmap may still be queued there)
         # the wait for earlier kernels before a fallback step is not the fallback's cost
         settle = (lambda i: queue.finish() if self._settles[i] else None)
-        runners, seconds, events = timed_runners(self._runners, settle)
+        runners, seconds, events = timed_runners([self._runner(step, queue) for step in self._steps
+                                                  if step.placement != "view"], settle)
         for runner in runners:
             runner()
         queue.finish()

@@ -30,8 +30,12 @@ KERNEL_NAMES = ("conv_gemm", "conv_oc", "conv_direct", "depthwise", "winograd", 
                 "matmul", "eltwise", "pool", "reduce", "softmax")
 MEMORY_MODES = ("zero_copy", "copy")
 FP16_ARITHMETIC = ("auto", "never", "emulate")
-_TOP_KEYS = {"family", "description", "match", "priority", "memory", "weights_storage", "vector_width",
-             "fp16_arithmetic", "half_vectors", "kernels"}
+_TOP_KEYS = {"family", "description", "match", "priority", "memory", "weights_storage", "activation_storage",
+             "vector_width", "fp16_arithmetic", "half_vectors", "kernels"}
+# Where activations and scratch live: "arena" (sub-buffers of one buffer, planned by offsets: the
+# fewest bytes) or "objects" (whole buffers shared by tensors never alive together: no
+# sub-buffers, for drivers where they are slow). runtime/arena.py plans both.
+ACTIVATION_STORAGE = ("arena", "objects")
 HALF_VECTORS = ("vector", "scalar")
 _KERNEL_KEYS = {"rows", "vectors", "local", "min_k", "min_tiles", "max_scratch_mb"}
 
@@ -56,6 +60,7 @@ class DeviceConfig:
     source: str  # the file(s) it came from
     memory: str = "zero_copy"
     weights_storage: str = "buffer"
+    activation_storage: str = "arena"
     vector_width: int = 4
     fp16_arithmetic: str = "auto"
     half_vectors: str = "vector"  # "scalar": the driver's vload_halfN needs alignment it may not get
@@ -143,6 +148,9 @@ def _build(data: dict[str, Any], source: str) -> DeviceConfig:
     storage = data.get("weights_storage", "buffer")
     if storage != "buffer":
         raise fail(f"weights_storage {storage!r} is not implemented; this backend keeps tensors in buffers")
+    activations = data.get("activation_storage", "arena")
+    if activations not in ACTIVATION_STORAGE:
+        raise fail(f"activation_storage must be one of {ACTIVATION_STORAGE}, got {activations!r}")
     width = data.get("vector_width", 4)
     if width not in (1, 2, 4, 8, 16):
         raise fail(f"vector_width must be 1, 2, 4, 8 or 16, got {width!r}")
@@ -161,7 +169,7 @@ def _build(data: dict[str, Any], source: str) -> DeviceConfig:
             raise fail(f"kernel {name!r}: unknown tunables {sorted(unknown)}; known: {sorted(_KERNEL_KEYS)}")
         kernels[name] = _tuning(name, tuning or {}, fail)
     return DeviceConfig(family=str(data.get("family", "unnamed")), source=source, memory=memory,
-                        weights_storage=storage, vector_width=int(width), fp16_arithmetic=arithmetic,
+                        weights_storage=storage, activation_storage=activations, vector_width=int(width), fp16_arithmetic=arithmetic,
                         half_vectors=half_vectors, kernels=kernels)
 
 
