@@ -17,15 +17,21 @@ from edgesdk.runtime.profiling import StepInfo, op_records, timed_runners
 from onnx_builders import single_node_model
 
 
+def random_blocks(rng: np.random.Generator, smallest: int) -> list[Block]:
+    """1-24 blocks of smallest..4999 bytes, alive over random spans of steps -1..25 (a tenth to the end)."""
+    blocks = []
+    for i in range(rng.integers(1, 25)):
+        first = int(rng.integers(-1, 20))
+        last = math.inf if rng.random() < 0.1 else first + int(rng.integers(0, 6))
+        blocks.append(Block(int(rng.integers(smallest, 5000)), first, last, f"b{i}"))
+    return blocks
+
+
 @pytest.mark.parametrize("alignment", [64, 128])
 def test_plan_arena_never_overlaps_live_blocks_and_stays_near_the_peak(alignment: int) -> None:
     rng = np.random.default_rng(0)
     for _ in range(50):
-        blocks = []
-        for i in range(rng.integers(1, 25)):
-            first = int(rng.integers(-1, 20))
-            last = math.inf if rng.random() < 0.1 else first + int(rng.integers(0, 6))
-            blocks.append(Block(int(rng.integers(0, 5000)), first, last, f"b{i}"))
+        blocks = random_blocks(rng, smallest=0)
         size = plan_arena(blocks, alignment)
         for a in blocks:
             assert a.offset % alignment == 0 and a.offset + a.nbytes <= size
@@ -40,11 +46,7 @@ def test_plan_arena_never_overlaps_live_blocks_and_stays_near_the_peak(alignment
 def test_shared_objects_never_hold_two_live_blocks_and_fit_every_tenant() -> None:
     rng = np.random.default_rng(1)
     for _ in range(50):
-        blocks = []
-        for i in range(rng.integers(1, 25)):
-            first = int(rng.integers(-1, 20))
-            last = math.inf if rng.random() < 0.1 else first + int(rng.integers(0, 6))
-            blocks.append(Block(int(rng.integers(1, 5000)), first, last, f"b{i}"))
+        blocks = random_blocks(rng, smallest=1)
         sizes = plan_shared_objects(blocks)
         for a in blocks:
             assert 0 <= a.slot < len(sizes) and a.nbytes <= sizes[a.slot]
