@@ -105,7 +105,7 @@ class OpenCLBackend(Backend):
         self._tensors, self._io, self._scratch, self._arena, self.memory_report = self._allocate()
         self._steps = self._lower()
         self.steps = tuple(self._step_info(step) for step in self._steps)
-        self._runners = [self._runner(step) for step in self._steps if step.placement != "view"]
+        self._runners = self._runners_on(self.device.queue)
         self._settles = [step.placement == FALLBACK_PLACEMENT for step in self._steps if step.placement != "view"]
         self._io_args = self._io_arguments()
         self._bound_io = self._io
@@ -292,13 +292,16 @@ class OpenCLBackend(Backend):
             weight_bytes=sum(self._weight_bytes_by_tensor.get(i, 0) for i in node.inputs if i),
             scratch_bytes=self._scratch[node.name].nbytes if node.name in self._scratch else 0)
 
-    def _runner(self, step: _Step, queue: Any = None) -> Callable[[], list[Any]]:
-        """What one step does in a run: enqueue its kernels on ``queue`` (the device's run queue
-        by default; returning their events) or run its reference fallback between reads and
-        writes of its buffers, which go through the run queue. Kernels on another queue (the
-        profiling one) wait for those: the fallback then finishes the run queue."""
+    def _runners_on(self, queue: Any) -> list[Callable[[], list[Any]]]:
+        """The runners of every step but views, their kernels enqueued on ``queue``."""
+        return [self._runner(step, queue) for step in self._steps if step.placement != "view"]
+
+    def _runner(self, step: _Step, queue: Any) -> Callable[[], list[Any]]:
+        """What one step does in a run: enqueue its kernels on ``queue`` (returning their events)
+        or run its reference fallback between reads and writes of its buffers, which go through
+        the run queue. Kernels on another queue (the profiling one) wait for those: the fallback
+        then finishes the run queue."""
         run_queue = self.device.queue
-        queue = run_queue if queue is None else queue
         if step.fallback is not None:
             fallback = step.fallback
 
@@ -421,8 +424,7 @@ class OpenCLBackend(Backend):
         self.device.queue.finish()  # the feeds (an unmap may still be queued there)
         # the wait for earlier kernels before a fallback step is not the fallback's cost
         settle = (lambda i: queue.finish() if self._settles[i] else None)
-        runners, seconds, events = timed_runners([self._runner(step, queue) for step in self._steps
-                                                  if step.placement != "view"], settle)
+        runners, seconds, events = timed_runners(self._runners_on(queue), settle)
         for runner in runners:
             runner()
         queue.finish()

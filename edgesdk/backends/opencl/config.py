@@ -169,8 +169,8 @@ def _build(data: dict[str, Any], source: str) -> DeviceConfig:
             raise fail(f"kernel {name!r}: unknown tunables {sorted(unknown)}; known: {sorted(_KERNEL_KEYS)}")
         kernels[name] = _tuning(name, tuning or {}, fail)
     return DeviceConfig(family=str(data.get("family", "unnamed")), source=source, memory=memory,
-                        weights_storage=storage, activation_storage=activations, vector_width=int(width), fp16_arithmetic=arithmetic,
-                        half_vectors=half_vectors, kernels=kernels)
+                        weights_storage=storage, activation_storage=activations, vector_width=int(width),
+                        fp16_arithmetic=arithmetic, half_vectors=half_vectors, kernels=kernels)
 
 
 def _tuning(name: str, raw: dict[str, Any], fail) -> KernelTuning:
