@@ -433,6 +433,79 @@ def test_bindings_conv_matches_numpy(kernels):
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("n", [7, 16, 19, 70])  # the narrow 16-wide tile, tails, several panels
+@pytest.mark.parametrize("fp16", [False, True])
+def test_hardswish_in_the_gemm_epilogue_is_the_post_pass_bit_for_bit(kernels, n, fp16):
+    """Levels whose GEMM kernels apply HardSwish themselves (kGemmHardSwish) give the bits the
+    activation kernel gives after a plain GEMM, NaN and infinities included (-inf -> NaN), on the
+    plain GEMM (several K blocks: K 600) and the indirect convolution, at every level this CPU runs."""
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((45, 600), dtype=np.float32) * 2
+    a[3, 5], a[7, :] = np.nan, 0.0
+    w = rng.standard_normal((n, 600), dtype=np.float32)
+    b = rng.standard_normal(n, dtype=np.float32) * 4
+    b[0], b[-1] = np.inf, -np.inf  # +inf -> inf, -inf -> NaN in their columns
+    x = rng.standard_normal((1, 9, 11, 6), dtype=np.float32)
+    x[0, 4, 5, 2] = np.inf
+    wc = rng.standard_normal((n, 3, 3, 6), dtype=np.float32)
+    for isa in kernels.supported_isas():
+        kernels.set_isa(isa)
+        try:
+            packed = kernels.pack_gemm(w.T.copy().astype(np.float16), b, layout="kn", fp16=True) if fp16 \
+                else kernels.pack_gemm(w, b)
+            fused, plain = np.empty((45, n), np.float32), np.empty((45, n), np.float32)
+            kernels.gemm(a, packed, fused, act="hardswish")
+            kernels.gemm(a, packed, plain)
+            kernels.activation(plain, "hardswish")
+            np.testing.assert_array_equal(fused.view(np.uint32), plain.view(np.uint32), err_msg=isa)
+            assert np.isnan(fused[:, -1]).all() and np.isposinf(fused[7, 0]), isa
+            plan = kernels.ConvPlan(kernels.pack_gemm(wc.reshape(n, -1), b), [1, 9, 11, 6], (3, 3), (1, 1), (1, 1),
+                                    [1, 1, 1, 1])
+            fused, plain = np.empty(plan.output_shape, np.float32), np.empty(plan.output_shape, np.float32)
+            plan.run(x, fused, act="hardswish")
+            plan.run(x, plain)
+            kernels.activation(plain, "hardswish")
+            np.testing.assert_array_equal(fused.view(np.uint32), plain.view(np.uint32), err_msg=isa)
+        finally:
+            kernels.reset_isa()
+
+
+def depthwise_reference(x, w, b, stride, pad):
+    """NHWC depthwise convolution, multiplier 1, symmetric zero padding, in float64."""
+    kh, kw, _ = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    oh, ow = (xp.shape[1] - kh) // stride + 1, (xp.shape[2] - kw) // stride + 1
+    y = np.zeros((x.shape[0], oh, ow, x.shape[3])) + b
+    for ky in range(kh):
+        for kx in range(kw):
+            y += xp[:, ky:ky + stride * (oh - 1) + 1:stride, kx:kx + stride * (ow - 1) + 1:stride] * w[ky, kx]
+    return y
+
+
+@pytest.mark.parametrize("kernel, stride", [(5, 1), (5, 2), (3, 1), (3, 2)])
+def test_depthwise_border_blocks_on_narrow_rows(kernels, kernel, stride):
+    """Every row width from 1 to 16 (MobileNetV3's 5x5 layers at 14x14 and 7x7 take the narrow-row
+    block and the border blocks filled up with spare pixels), a channel tail, at every level this
+    CPU runs."""
+    rng = np.random.default_rng(kernel * 10 + stride)
+    c = 21
+    w = rng.standard_normal((kernel, kernel, c), dtype=np.float32)
+    b = rng.standard_normal(c, dtype=np.float32)
+    pad = kernel // 2
+    for width in range(1, 17):
+        x = rng.standard_normal((1, 5, width, c), dtype=np.float32)
+        want = depthwise_reference(x, w, b, stride, pad)
+        for isa in kernels.supported_isas():
+            kernels.set_isa(isa)
+            try:
+                out = np.empty(want.shape, np.float32)
+                kernels.depthwise_conv(x, w, b, out, (stride, stride), (1, 1), [pad] * 4, "none", None, None, 1,
+                                       False)
+            finally:
+                kernels.reset_isa()
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=f"{isa} width {width}")
+
+
 def test_bindings_softmax_eltwise_pool(kernels):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 1000), dtype=np.float32) * 20

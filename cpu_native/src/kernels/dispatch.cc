@@ -103,6 +103,7 @@ constexpr KernelTable avx2_table() {
   KernelTable t = base_table(Isa::Avx2, "avx2", kAvx2MR, kAvx2NR, kAvx2Lanes, 8, true);
   EDGESDK_SET(t, igemm_f32w, f32_igemm_6x16__avx2);
   EDGESDK_SET(t, igemm_f16w, f32_f16w_igemm_6x16__avx2);
+  t.igemm_hardswish = true;
   EDGESDK_SET(t, activation, f32_activation_8x__avx2);
   EDGESDK_SET(t, depthwise, f32_depthwise_8c__avx2);
   EDGESDK_SET(t, maxpool, f32_maxpool_8c__avx2);
@@ -186,6 +187,7 @@ constexpr KernelTable avx512_table() {
   EDGESDK_SET(t, igemm_f32w_narrow, f32_igemm_8x16__avx512f);
   t.gemm_narrow_nr = kAvx512NarrowNR;
   EDGESDK_SET(t, igemm_f16w, f32_f16w_igemm_8x32__avx512f);
+  t.igemm_hardswish = true;
   EDGESDK_SET(t, activation, f32_activation_16x__avx512skx);
   EDGESDK_SET(t, depthwise, f32_depthwise_16c__avx512skx);
   EDGESDK_SET(t, maxpool, f32_maxpool_16c__avx512skx);

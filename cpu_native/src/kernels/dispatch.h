@@ -56,6 +56,9 @@ struct KernelTable {
   size_t gemm_narrow_nr;
   IgemmUkernel igemm_f32w_narrow;
   IgemmUkernel igemm_f16w;
+  // igemm_f32w, igemm_f32w_narrow and igemm_f16w apply kGemmHardSwish in their epilogue (ukernels.h):
+  // MobileNetV3's HardSwish layers then skip the post-pass over their output.
+  bool igemm_hardswish;
   ActivationUkernel activation;
   DepthwiseUkernel depthwise;
   PoolUkernel maxpool;

@@ -17,6 +17,12 @@ static inline __m256i first_lanes(size_t n) {
 }
 
 static inline __m256 load_w8(const float* w) { return _mm256_load_ps(w); }
+
+// ONNX HardSwish, as the activation kernel computes it (gemm_avx512.cc says why this order).
+static inline __m256 hardswish(__m256 x) {
+  const __m256 gate = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
+  return _mm256_mul_ps(x, _mm256_min_ps(_mm256_set1_ps(1.0f), _mm256_max_ps(_mm256_setzero_ps(), gate)));
+}
 static inline __m256 load_w8(const uint16_t* w) {
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(w)));
 }
@@ -101,6 +107,13 @@ void igemm_6x16(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
     // Bounds first: maxps/minps return the second operand when either is NaN, so a NaN
     // accumulator stays NaN (the other order turned it into the lower bound, -inf unclamped).
     const __m256 lo = _mm256_set1_ps(clamp->min), hi = _mm256_set1_ps(clamp->max);
+    if (flags & kGemmHardSwish) {
+#pragma GCC unroll 6
+      for (size_t i = 0; i < MR; ++i) {
+        acc[i][0] = hardswish(acc[i][0]);
+        acc[i][1] = hardswish(acc[i][1]);
+      }
+    }
 #pragma GCC unroll 6
     for (size_t i = 0; i < MR; ++i) {
       acc[i][0] = _mm256_min_ps(hi, _mm256_max_ps(lo, acc[i][0]));

@@ -27,6 +27,14 @@ struct RowPointers {
 };
 
 static inline __m512 load_w16(const float* w) { return _mm512_load_ps(w); }
+
+// ONNX HardSwish, the operations of the activation kernel's (vector_kernels.inl) in its order, so the
+// fused and post-pass results are the same bits: x * min(1, max(0, fma(x, 1/6, 1/2))); max/min take
+// the bound first, so a NaN stays NaN, and -inf gives -inf * 0 = NaN, as ONNX Runtime.
+static inline __m512 hardswish(__m512 x) {
+  const __m512 gate = _mm512_fmadd_ps(x, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
+  return _mm512_mul_ps(x, _mm512_min_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(_mm512_setzero_ps(), gate)));
+}
 static inline __m512 load_w16(const uint16_t* w) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)));
 }
@@ -95,6 +103,13 @@ void igemm_8x32(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
     // Bounds first: maxps/minps return the second operand when either is NaN, so a NaN
     // accumulator stays NaN (the other order turned it into the lower bound, -inf unclamped).
     const __m512 lo = _mm512_set1_ps(clamp->min), hi = _mm512_set1_ps(clamp->max);
+    if (flags & kGemmHardSwish) {
+#pragma GCC unroll 8
+      for (size_t i = 0; i < MR; ++i) {
+        acc[i][0] = hardswish(acc[i][0]);
+        acc[i][1] = hardswish(acc[i][1]);
+      }
+    }
 #pragma GCC unroll 8
     for (size_t i = 0; i < MR; ++i) {
       acc[i][0] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i][0]));
@@ -163,6 +178,10 @@ void igemm_8x16(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* 
   if (flags & kGemmFinal) {
     // Bounds first, as igemm_8x32: a NaN accumulator stays NaN.
     const __m512 lo = _mm512_set1_ps(clamp->min), hi = _mm512_set1_ps(clamp->max);
+    if (flags & kGemmHardSwish) {
+#pragma GCC unroll 8
+      for (size_t i = 0; i < MR; ++i) acc[i] = hardswish(acc[i]);
+    }
 #pragma GCC unroll 8
     for (size_t i = 0; i < MR; ++i) acc[i] = _mm512_min_ps(hi, _mm512_max_ps(lo, acc[i]));
   }

@@ -18,7 +18,9 @@ namespace edgesdk::kernels {
 //   c[i][j] = (accumulate ? c[i][j] : bias[j]) + sum_s sum_k a[s*MR+i][k] * w[s][k][j]
 // then, when kGemmFinal is set, clamped to [min, max]. Rows >= mr of the pointer array must be
 // readable (drivers repeat the last row); only rows < mr and columns < nr are written.
-enum : uint32_t { kGemmAccumulate = 1u, kGemmFinal = 2u };
+// kGemmHardSwish (with kGemmFinal): ONNX HardSwish, x * clamp(x / 6 + 1/2, 0, 1), before the clamp;
+// read only by the kernels of tables with igemm_hardswish set (dispatch.h), which the drivers check.
+enum : uint32_t { kGemmAccumulate = 1u, kGemmFinal = 2u, kGemmHardSwish = 4u };
 
 using IgemmUkernel = void (*)(size_t mr, size_t nr, size_t kc, size_t ks, const float* const* a,
                               const void* w, const float* bias, float* c, size_t ldc,

@@ -488,6 +488,11 @@ static void depthwise_m1_rows(const DepthwiseArgs* a, size_t row_begin, size_t r
     for (size_t i = 0; i < a->in_stride; ++i) zeros.data()[i] = 0.0f;
   }
   const float* zero_row = zeros.data();
+  // A short border block's pixels, packed (out_stride C), before the real ones are copied out.
+  thread_local AlignedBuffer<float> spare;
+  if (spare.size() < kDwPixels * a->c) spare = AlignedBuffer<float>(kDwPixels * a->c);
+  DepthwiseArgs spare_args = *a;
+  spare_args.out_stride = a->c;
   RowTaps taps;
   const float* pointers[kMaxTaps * kDwPixels];
   const ColumnsKernel columns8 = columns_kernel<8>(a), columns4 = columns_kernel<4>(a);
@@ -513,21 +518,27 @@ static void depthwise_m1_rows(const DepthwiseArgs* a, size_t row_begin, size_t r
     // zero row standing in for the outside; blocks of 8, 4 or 1 pixels.
     auto border = [&](ptrdiff_t from, ptrdiff_t to) {
       for (ptrdiff_t ox = from; ox < to;) {
-        const size_t block = to - ox >= 8 ? 8 : to - ox >= 4 ? 4 : 1;
+        const size_t left_over = static_cast<size_t>(to - ox);
+        const size_t block = left_over >= 8 ? 8 : left_over >= 4 ? 4 : left_over > 1 && a->kw >= 5 ? 4 : 1;
+        const size_t real = left_over < block ? left_over : block;
         const ptrdiff_t ix0 = ox * stride_w - pad_left;
         for (size_t t = 0; t < taps.count; ++t)
           for (size_t p = 0; p < block; ++p) {
             const ptrdiff_t left = ix0 + static_cast<ptrdiff_t>(p) * stride_w, ix = left + taps.dx[t];
-            pointers[t * block + p] = ix >= 0 && ix < w ? image + left * in_stride + taps.offset[t] : zero_row;
+            pointers[t * block + p] = p < real && ix >= 0 && ix < w ? image + left * in_stride + taps.offset[t] : zero_row;
           }
         float* out = out_row + ox * static_cast<ptrdiff_t>(a->out_stride);
+        const DepthwiseArgs* args = real == block ? a : &spare_args;
+        float* target = real == block ? out : spare.data();
         if (block == 8)
-          depthwise_pixels<8>(a, taps, [&](size_t t, size_t p) { return pointers[t * 8 + p]; }, out, k);
+          depthwise_pixels<8>(args, taps, [&](size_t t, size_t p) { return pointers[t * 8 + p]; }, target, k);
         else if (block == 4)
-          depthwise_pixels<4>(a, taps, [&](size_t t, size_t p) { return pointers[t * 4 + p]; }, out, k);
+          depthwise_pixels<4>(args, taps, [&](size_t t, size_t p) { return pointers[t * 4 + p]; }, target, k);
         else
           depthwise_pixels<1>(a, taps, [&](size_t t, size_t) { return pointers[t]; }, out, k);
-        ox += static_cast<ptrdiff_t>(block);
+        for (size_t p = 0; p < real && real < block; ++p)
+          for (size_t c = 0; c < a->c; ++c) out[p * a->out_stride + c] = spare.data()[p * a->c + c];
+        ox += static_cast<ptrdiff_t>(real);
       }
     };
     // Interior pixels: every tap inside, offsets from the window's left edge, no table.
@@ -543,6 +554,10 @@ static void depthwise_m1_rows(const DepthwiseArgs* a, size_t row_begin, size_t r
       depthwise_pixels<Q>(a, taps, [&](size_t t, size_t p) { return base + taps.offset[t] + static_cast<ptrdiff_t>(p) * step; },
                           out, k);
     };
+    if (ow <= static_cast<ptrdiff_t>(kDwPixels) && a->kw >= 5) {  // a narrow row: one block does it all
+      border(0, ow);
+      continue;
+    }
     border(0, ox_lo);
     ptrdiff_t ox = ox_lo;
     for (; ox + 8 <= ox_hi; ox += 8) interior(ox, std::integral_constant<size_t, 8>());
