@@ -137,7 +137,8 @@ def test_global_avgpool_chw(shape, isa):
 
 
 TRANSPOSE_SHAPES = [(1, 1, 1), (1, 3, 50176), (1, 50176, 3), (2, 32, 12544), (1, 96, 3136), (1, 1280, 49),
-                    (1, 16, 1), (3, 17, 15), (1, 65, 130), (1, 1, 9)]
+                    (1, 16, 1), (3, 17, 15), (1, 65, 130), (1, 1, 9),
+                    (2, 2, 1001), (1, 4, 777), (1, 999, 2), (2, 555, 4)]  # 2-4 planes to pixels and back
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -157,6 +158,12 @@ def test_transpose_2d_moves_nan_payloads_as_bits():
     dst = np.empty((3, 21, 40), np.float32)
     kernels.transpose_2d(src.view(np.float32), dst, 2)
     assert np.array_equal(dst.view(np.uint32), src.transpose(0, 2, 1))
+    for shape in [(2, 3, 100), (2, 100, 3)]:  # the short-side loops, signalling NaNs
+        src = np.arange(600, dtype=np.uint32).reshape(shape) | np.uint32(0x7F800001)
+        for isa in ISAS:
+            dst = np.empty((2, shape[2], shape[1]), np.float32)
+            kernels.transpose_2d(src.view(np.float32), dst, 1, isa=isa)
+            assert np.array_equal(dst.view(np.uint32), src.transpose(0, 2, 1)), (shape, isa)
 
 
 def test_bad_arguments_raise_value_error():

@@ -310,8 +310,7 @@ class Builder:
         def bind(v: Views) -> Runner:
             return transpose_copier(v[source], v[target], source.layout, threads)
 
-        short = min(source.shape[1], math.prod(source.shape[2:]))  # C or H*W (shapes are logical NCHW)
-        placement = "native" if native_transpose(source.dtype) and (short == 1 or short > 4) else "numpy"
+        placement = "native" if native_transpose(source.dtype) else "numpy"
         self._append(StepRecord("", f"{source.layout}->{layout}", placement, f"layout of {name}", bind,
                                 [source.buffer], [target.buffer]))
         return target
@@ -347,16 +346,14 @@ def native_transpose(dtype: np.dtype) -> bool:
 
 def transpose_copier(src: np.ndarray, dst: np.ndarray, source_layout: str, threads: int = 1) -> Runner:
     """Copies NCHW storage into NHWC storage or back: per image a (rows, cols) -> (cols, rows)
-    transpose. float32 goes to the native ``transpose_2d`` (1.0-6x the numpy path below on
-    MobileNetV2/ResNet activations, one thread), except when one side is 2-4 long (a 3-channel
-    input image): its W x W register tiles are mostly empty there and numpy's loop of strided copies
-    is faster (41 us against 72 us for 3x224x224). numpy's strided copy of a whole transposed view is
-    several times slower than a loop of 1-D strided copies when one side is short, so the short
-    side, when there is one, becomes the loop."""
+    transpose. 4-byte elements go to the native ``transpose_2d`` (1.0-6x the numpy path below on
+    MobileNetV2/ResNet activations, one thread; 11 us against numpy's 36-41 for a 3x224x224 input
+    image, whose 2-4 long side has its own loops there). For the other dtypes numpy's strided copy
+    of a whole transposed view is several times slower than a loop of 1-D strided copies when one
+    side is short, so the short side, when there is one, becomes the loop."""
     n, rows = src.shape[0], src.shape[1] if source_layout == NCHW else src.shape[1] * src.shape[2]
     a, b = src.reshape(n, rows, -1), dst.reshape(n, -1, rows)  # b[i] = a[i].T
-    short = min(a.shape[1], a.shape[2])
-    if native_transpose(a.dtype) and (short == 1 or short > 4) and a.flags.c_contiguous and b.flags.c_contiguous:
+    if native_transpose(a.dtype) and a.flags.c_contiguous and b.flags.c_contiguous:
         from ... import _native
 
         return _native.kernels.steps.transpose_2d(a, b, threads)
