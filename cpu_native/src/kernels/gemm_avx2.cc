@@ -17,14 +17,14 @@ static inline __m256i first_lanes(size_t n) {
 }
 
 static inline __m256 load_w8(const float* w) { return _mm256_load_ps(w); }
+static inline __m256 load_w8(const uint16_t* w) {
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(w)));
+}
 
 // ONNX HardSwish, as the activation kernel computes it (gemm_avx512.cc says why this order).
 static inline __m256 hardswish(__m256 x) {
   const __m256 gate = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
   return _mm256_mul_ps(x, _mm256_min_ps(_mm256_set1_ps(1.0f), _mm256_max_ps(_mm256_setzero_ps(), gate)));
-}
-static inline __m256 load_w8(const uint16_t* w) {
-  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(w)));
 }
 
 template <class W>

@@ -27,6 +27,9 @@ struct RowPointers {
 };
 
 static inline __m512 load_w16(const float* w) { return _mm512_load_ps(w); }
+static inline __m512 load_w16(const uint16_t* w) {
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)));
+}
 
 // ONNX HardSwish, the operations of the activation kernel's (vector_kernels.inl) in its order, so the
 // fused and post-pass results are the same bits: x * min(1, max(0, fma(x, 1/6, 1/2))); max/min take
@@ -34,9 +37,6 @@ static inline __m512 load_w16(const float* w) { return _mm512_load_ps(w); }
 static inline __m512 hardswish(__m512 x) {
   const __m512 gate = _mm512_fmadd_ps(x, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
   return _mm512_mul_ps(x, _mm512_min_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(_mm512_setzero_ps(), gate)));
-}
-static inline __m512 load_w16(const uint16_t* w) {
-  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(w)));
 }
 
 template <class W>
