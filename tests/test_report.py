@@ -99,7 +99,7 @@ def test_trace_follows_the_chrome_trace_event_format(report, runs):
             assert after["ts"] == pytest.approx(before["ts"] + before["dur"], abs=2e-3)
         assert iteration["dur"] == pytest.approx(sum(op["median_ms"] for op in run["ops"]) * 1e3, abs=0.01)
     cpu_lanes = {names[(2, e["tid"])] for e in slices[2]}
-    assert {"native (host)", "numpy (host)", "view (host)"} <= cpu_lanes
+    assert {"native (host)", "view (host)"} <= cpu_lanes  # one lane per placement
 
 
 def test_html_is_self_contained_and_complete(report, runs):
