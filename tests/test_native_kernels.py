@@ -471,15 +471,15 @@ def test_hardswish_in_the_gemm_epilogue_is_the_post_pass_bit_for_bit(kernels, n,
 
 
 def depthwise_reference(x, w, b, stride, pad):
-    """NHWC depthwise convolution, multiplier 1, symmetric zero padding, in float64."""
-    kh, kw, _ = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    oh, ow = (xp.shape[1] - kh) // stride + 1, (xp.shape[2] - kw) // stride + 1
-    y = np.zeros((x.shape[0], oh, ow, x.shape[3])) + b
-    for ky in range(kh):
-        for kx in range(kw):
-            y += xp[:, ky:ky + stride * (oh - 1) + 1:stride, kx:kx + stride * (ow - 1) + 1:stride] * w[ky, kx]
-    return y
+    """NHWC depthwise convolution (multiplier 1, symmetric zero padding) through the reference
+    backend's depthwise path, in float64."""
+    from edgesdk.ops.conv import _depthwise, pad_spatial
+
+    kh, kw, c = w.shape
+    xp = pad_spatial(x.transpose(0, 3, 1, 2).astype(np.float64), [pad] * 4)
+    oh, ow = (xp.shape[2] - kh) // stride + 1, (xp.shape[3] - kw) // stride + 1
+    out = _depthwise(xp, w.transpose(2, 0, 1)[:, None].astype(np.float64), (stride, stride), (1, 1), (oh, ow))
+    return (out + b.reshape(1, c, 1, 1)).transpose(0, 2, 3, 1)
 
 
 @pytest.mark.parametrize("kernel, stride", [(5, 1), (5, 2), (3, 1), (3, 2)])

@@ -541,8 +541,9 @@ static void depthwise_m1_rows(const DepthwiseArgs* a, size_t row_begin, size_t r
           depthwise_pixels<4>(args, taps, [&](size_t t, size_t p) { return pointers[t * 4 + p]; }, target, k);
         else
           depthwise_pixels<1>(a, taps, [&](size_t t, size_t) { return pointers[t]; }, out, k);
-        for (size_t p = 0; p < real && real < block; ++p)
-          for (size_t c = 0; c < a->c; ++c) out[p * a->out_stride + c] = spare.data()[p * a->c + c];
+        if (real < block)
+          for (size_t p = 0; p < real; ++p)
+            for (size_t c = 0; c < a->c; ++c) out[p * a->out_stride + c] = spare.data()[p * a->c + c];
         ox += static_cast<ptrdiff_t>(real);
       }
     };
