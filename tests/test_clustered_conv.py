@@ -1,12 +1,14 @@
 """Clustered KxK convolutions on the cpu backend run from an indirection buffer (issue 15:
 ``ClusteredConvPlan``, cpu_native/src/kernels/operators.cc): no padded copy of the input and no
-im2col buffer, one decoded weight panel per thread.
+im2col buffer, one decoded weight panel per thread; 3x3 stride-1 layers with enough tiles run
+Winograd F(4x4, 3x3) from the codes, each panel decoded and transformed on the call.
 
 Here: the plan against the reference backend over geometries that reach every branch (padding,
 strides, dilation, rectangular kernels, channel counts off the GEMM's tiles, batch > 1, a
 pixel count below one tile), per-layer and per-channel codebooks in fp32 and fp16, every x86
 level this CPU runs, 1 and 2 threads; the session's step note and that the step takes no arena
-scratch; NaN and infinities as the dense model gives them; the binding's errors.
+scratch; where Winograd is chosen, and that EDGESDK_CPU_WINOGRAD=0 turns it off; NaN and
+infinities as the dense model gives them (both paths); the binding's errors.
 """
 from __future__ import annotations
 
@@ -102,12 +104,49 @@ def test_the_step_takes_no_arena_scratch(monkeypatch):
     mr = int(KERNELS.kernel_names()["igemm_f32w"].split("_")[2].split("x")[0])
     tiles = -(-28 * 28 // mr)
     assert plan.indirection_bytes == tiles * 9 * mr * 8 + 64 * 4  # pointers + the zero row
-    assert plan.panel_bytes == 576 * int(KERNELS.kernel_names()["igemm_f32w"].split("x")[1].split("__")[0]) * 4
+    nr = int(KERNELS.kernel_names()["igemm_f32w"].split("x")[1].split("__")[0])
+    assert plan.panel_bytes == (576 + 256) * nr * 4  # the panel and one decode chunk of 256 columns
+
+
+# 3x3 stride-1 layers with at least 16 4x4 tiles run Winograd F(4x4, 3x3) from the codes: C past the
+# 64-channel blocks, K off the panel width, batch 2, asymmetric and no padding.
+WINOGRAD_GEOMETRIES = {
+    "16x18-pad1": dict(c=20, k=40, hw=(16, 18), kernel=(3, 3)),
+    "batch2-c70": dict(c=70, k=33, hw=(9, 15), kernel=(3, 3), n=2, pads=(0, 1, 2, 1)),
+    "unpadded-c130": dict(c=130, k=17, hw=(18, 18), kernel=(3, 3), pads=(0, 0, 0, 0), act="Clip"),
+}
+
+
+@pytest.mark.parametrize("level", X86_LEVELS, indirect=True)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("geometry", list(WINOGRAD_GEOMETRIES))
+def test_clustered_winograd_matches_the_reference(level, threads, geometry, monkeypatch):
+    graph = clustered(conv_model(**WINOGRAD_GEOMETRIES[geometry]), per_channel=threads == 2)
+    x = np.random.default_rng(1).standard_normal(graph.tensors["x"].shape).astype(np.float32)
+    want = edgesdk.Session(graph, backend="reference").run({"x": x})["y"]
+    sess = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
+    (note,) = [s.note for s in sess._impl.steps if s.op == "Conv"]
+    assert note.startswith("clustered") and note.endswith("winograd F(4x4,3x3) conv"), note
+    assert_close(sess.run({"x": x})["y"], want, rtol=2e-4, what=f"{geometry} {level}")
+    monkeypatch.setenv("EDGESDK_CPU_WINOGRAD", "0")  # the switch turns it off
+    direct = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
+    (note,) = [s.note for s in direct._impl.steps if s.op == "Conv"]
+    assert note.endswith("indirect conv"), note
+
+
+def test_clustered_winograd_only_where_tiles_share_the_transform():
+    """Each call decodes and transforms every panel: at 7x7 (4 tiles) that costs more than it saves."""
+    w = KERNELS.pack_clustered(np.zeros(16 * 9 * 16 // 2, np.uint8), 4, 16, 144, np.zeros((1, 16), np.float32))
+    assert KERNELS.ClusteredConvPlan(w, [1, 14, 14, 16], (3, 3), pads=[1, 1, 1, 1]).is_winograd
+    assert not KERNELS.ClusteredConvPlan(w, [1, 7, 7, 16], (3, 3), pads=[1, 1, 1, 1]).is_winograd
+    assert KERNELS.ClusteredConvPlan(w, [4, 7, 7, 16], (3, 3), pads=[1, 1, 1, 1]).is_winograd  # 16 tiles
+    assert not KERNELS.ClusteredConvPlan(w, [1, 14, 14, 16], (3, 3), (2, 2), pads=[1, 1, 1, 1]).is_winograd
 
 
 @pytest.mark.parametrize("special", [np.nan, np.inf])
-def test_nan_and_infinities_as_the_dense_model(special, tmp_path):
-    graph = clustered(conv_model(c=16, k=16, hw=(8, 8), kernel=(3, 3), act=None))
+@pytest.mark.parametrize("hw", [(8, 8), (16, 16)], ids=["indirect", "winograd"])
+def test_nan_and_infinities_as_the_dense_model(special, hw, tmp_path):
+    graph = clustered(conv_model(c=16, k=16, hw=hw, kernel=(3, 3), act=None))
     x = np.random.default_rng(3).standard_normal(graph.tensors["x"].shape).astype(np.float32)
     x[0, 2, 3, 3] = special
     want = edgesdk.Session(graph, backend="reference").run({"x": x})["y"]

@@ -93,6 +93,7 @@ EXTENDS = {"avxvnni": ("avx2", {"qu8_igemm", "qu8_igemm_narrow", "qu8_depthwise"
 FP32_SLOTS = {"igemm_f32w", "igemm_f16w", "activation", "depthwise", "maxpool", "avgpool", "global_avgpool", "binary",
               "softmax", "clustered_gemv", "clustered_decode", "nnm_gather", "row_norm", "log_softmax", "softmax_axis",
               "reduce", "argreduce", "col2im", "resize_nearest", "resize_linear", "winograd_input", "winograd_output",
+              "winograd_weights",
               "spmm_f32_nb1", "spmm_f32_nb2", "spmm_f32_nb4", "spmm_f16w_nb1", "spmm_f16w_nb2", "spmm_f16w_nb4",
               "spmm_cbw_nb1", "spmm_cbw_nb2", "spmm_cbw_nb4", "nonfinite_scan",
               "dwconv_chw", "gavgpool_chw", "transpose_x8", "transpose_f32", "transpose_x64"}

@@ -389,10 +389,13 @@ void register_kernels(py::module_& m) {
       .def_property_readonly("output_shape", [](const PyClusteredConvPlan& p) {
         return std::vector<size_t>{p.n, p.plan.out_h(), p.plan.out_w(), p.weights->n};
       })
+      .def_property_readonly("is_winograd", [](const PyClusteredConvPlan& p) { return p.plan.is_winograd(); },
+                             "True where the plan runs Winograd F(4x4, 3x3) (3x3 stride-1 layers with enough tiles).")
       .def_property_readonly("indirection_bytes", [](const PyClusteredConvPlan& p) { return p.plan.indirection_bytes(); },
                              "Bytes of the indirection buffer and its zero row (0 before the first run).")
       .def_property_readonly("panel_bytes", [](const PyClusteredConvPlan& p) { return p.plan.panel_bytes(); },
-                             "Bytes of the decoded weight panel each running thread holds.")
+                             "Bytes each running thread holds: the decoded weight panel and its decode chunk, plus, for "
+                             "Winograd, the panel's transformed weights and products.")
       ;
   def_kernel_method(clustered_plan, "run", &prepare_plan<PyClusteredConvPlan>, py::arg("x"), py::arg("out"), ACT_ARGS,
                     py::arg("threads") = 1);

@@ -923,6 +923,73 @@ void test_winograd(const KernelTable& t) {
     const ConvCase cc{2, 9, 7, 5 + a, 17, geom(3, 3, 1, 1, a % 3, 1, (a + 1) % 3, 2)};
     run_case(cc, kActs[a], 1 + a % 2, 0, 0, true);
   }
+  // The weight transform alone (winograd_weights, made on every call by the clustered plan below):
+  // n = 1..40 filters (vector tails), against G g G^T in float64; the floor is the sum of the
+  // terms' magnitudes (the factored forms cancel them in another order).
+  const double kG64[6][3] = {{1.0 / 4, 0, 0},         {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                             {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  for (size_t n = 1; n <= 40; n += g_quick ? 13 : 1) {
+    const size_t g_stride = n + 3, u_stride = n + 5;
+    auto g = random_vec(9 * g_stride);
+    std::vector<float> u(36 * u_stride, 7.0f), got(36 * n);
+    std::vector<double> want(36 * n), floor(36 * n);
+    t.winograd_weights(g.data(), g_stride, n, u.data(), u_stride);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t r = 0; r < 6; ++r)
+        for (size_t c = 0; c < 6; ++c) {
+          double s = 0.0, magnitude = 0.0;
+          for (size_t y = 0; y < 3; ++y)
+            for (size_t x = 0; x < 3; ++x) {
+              const double term = kG64[r][y] * g[(3 * y + x) * g_stride + i] * kG64[c][x];
+              s += term;
+              magnitude += std::fabs(term);
+            }
+          want[(r * 6 + c) * n + i] = s;
+          floor[(r * 6 + c) * n + i] = magnitude;
+          got[(r * 6 + c) * n + i] = u[(r * 6 + c) * u_stride + i];
+        }
+    fam.check("winograd_weights n=" + std::to_string(n), got.data(), want.data(), got.size(), 1e-5, floor.data());
+  }
+  // ClusteredConvPlan's Winograd (operators_winograd.cc): 4-bit codes with per-row and per-layer
+  // codebooks, each panel decoded and transformed on the call, input channels in blocks of 64
+  // (C = 70, 130), panel tails (K = 40, 33, 17), batch 2, 1 and 2 threads, NaN / inf inputs. Its
+  // weights are codebook[idx], so the naive reference and the tolerance above hold.
+  const ConvCase clustered_cases[] = {
+      {1, 16, 18, 20, 40, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+      {2, 9, 15, 70, 33, geom(3, 3, 1, 1, 0, 1, 2, 1)},
+      {1, 17, 16, 130, 17, geom(3, 3, 1, 1, 1, 1, 1, 1)},
+  };
+  for (size_t i = 0; i < 3; ++i) {
+    const ConvCase& cc = clustered_cases[i];
+    const size_t kdim = 9 * cc.c, entries = 16;
+    const bool per_row = i % 2 == 0;
+    std::vector<uint32_t> idx(cc.oc * kdim);
+    for (auto& v : idx) v = static_cast<uint32_t>(rng() % entries);
+    auto codebook = random_vec((per_row ? cc.oc : 1) * entries), bias = random_vec(cc.oc);
+    std::vector<float> w(cc.oc * kdim);
+    for (size_t o = 0; o < cc.oc; ++o)
+      for (size_t j = 0; j < kdim; ++j) w[o * kdim + j] = codebook[(per_row ? o * entries : 0) + idx[o * kdim + j]];
+    const auto stream = pack_bits_lsb_first(idx, 4);
+    ClusteredWeights cw = pack_clustered(stream.data(), 4, cc.oc, kdim, codebook.data(), per_row, bias.data(), &t);
+    ClusteredConvPlan plan(cc.n, cc.h, cc.w, cc.c, cc.g, cw);
+    const std::string what = "clustered winograd " + dims({cc.n, cc.h, cc.w, cc.c, cc.oc});
+    if (!plan.is_winograd()) {
+      if (fam.failure.empty()) fam.failure = what + ": the plan did not choose Winograd";
+      continue;
+    }
+    for (bool specials : {false, true}) {
+      const Activation act = kActs[(i * 2 + specials) % kActCount];
+      auto x = random_vec(cc.n * cc.h * cc.w * cc.c);
+      if (specials) sprinkle(x, 3, 29);
+      const size_t oh = plan.out_h(), ow = plan.out_w();
+      std::vector<double> want, floor;
+      naive_conv(cc, x.data(), w.data(), bias.data(), false, act, oh, ow, want, floor);
+      std::vector<float> y(cc.n * oh * ow * cc.oc);
+      plan.run(x.data(), y.data(), act, 1 + (i + specials) % 2);
+      fam.check(what + " " + act_name(act.kind) + (specials ? " nonfinite" : ""), y.data(), want.data(), y.size(),
+                kRtol, floor.data());
+    }
+  }
   std::printf("INFO f32_winograd %s largest error %.2e of max(|want|, floor) (tolerance %.0e)\n", t.name, worst, kRtol);
   report(fam);
 }

@@ -69,6 +69,7 @@ constexpr KernelTable scalar_table() {
   EDGESDK_SET(t, resize_linear, f32_resize_linear__scalar);
   EDGESDK_SET(t, winograd_input, f32_winograd43_input__scalar);
   EDGESDK_SET(t, winograd_output, f32_winograd43_output__scalar);
+  EDGESDK_SET(t, winograd_weights, f32_winograd43_weights__scalar);
   t.spmm_tile = 8;
   EDGESDK_SET(t, spmm_f32_nb1, f32_spmm_8x1__scalar);
   EDGESDK_SET(t, spmm_f32_nb2, f32_spmm_8x2__scalar);
@@ -124,6 +125,7 @@ constexpr KernelTable avx2_table() {
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx2);
   EDGESDK_SET(t, winograd_input, f32_winograd43_input_8c__avx2);
   EDGESDK_SET(t, winograd_output, f32_winograd43_output_8c__avx2);
+  EDGESDK_SET(t, winograd_weights, f32_winograd43_weights_8x__avx2);
   t.spmm_tile = 32;
   EDGESDK_SET(t, spmm_f32_nb1, f32_spmm_32x1__avx2);
   EDGESDK_SET(t, spmm_f32_nb2, f32_spmm_32x2__avx2);
@@ -208,6 +210,7 @@ constexpr KernelTable avx512_table() {
   EDGESDK_SET(t, resize_linear, f32_resize_linear__avx512skx);
   EDGESDK_SET(t, winograd_input, f32_winograd43_input_16c__avx512f);
   EDGESDK_SET(t, winograd_output, f32_winograd43_output_16c__avx512f);
+  EDGESDK_SET(t, winograd_weights, f32_winograd43_weights_16x__avx512f);
   t.spmm_tile = 64;
   EDGESDK_SET(t, spmm_f32_nb1, f32_spmm_64x1__avx512f);
   EDGESDK_SET(t, spmm_f32_nb2, f32_spmm_64x2__avx512f);
@@ -290,6 +293,7 @@ constexpr KernelTable neon_table() {
   EDGESDK_SET(t, resize_linear, f32_resize_linear__neon);
   EDGESDK_SET(t, winograd_input, f32_winograd43_input_4c__neon);
   EDGESDK_SET(t, winograd_output, f32_winograd43_output_4c__neon);
+  EDGESDK_SET(t, winograd_weights, f32_winograd43_weights_4x__neon);
   t.spmm_tile = 16;
   EDGESDK_SET(t, spmm_f32_nb1, f32_spmm_16x1__neon);
   EDGESDK_SET(t, spmm_f32_nb2, f32_spmm_16x2__neon);

@@ -32,7 +32,7 @@ enum class Isa { Scalar, Avx2, AvxVnni, Avx512, Avx512Vnni, Avx512Amx, Neon, Neo
   X(igemm_f32w) X(igemm_f32w_narrow) X(igemm_f16w) X(activation) X(depthwise) X(maxpool) X(avgpool) X(global_avgpool)     \
   X(binary) X(softmax) X(clustered_gemv) X(clustered_decode) X(nnm_gather) X(igemm_f16)              \
   X(depthwise_f16) X(convert_f32_f16) X(row_norm) X(log_softmax) X(softmax_axis) X(reduce)          \
-  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(winograd_input) X(winograd_output) \
+  X(argreduce) X(col2im) X(resize_nearest) X(resize_linear) X(winograd_input) X(winograd_output) X(winograd_weights) \
   X(dwconv_chw) X(dwconv_chw_3x3s1) X(dwconv_chw_3x3s2) X(dwconv_chw_5x5s1) X(dwconv_chw_5x5s2) X(gavgpool_chw) X(transpose_x8) X(transpose_f32) X(transpose_x64) \
   X(spmm_f32_nb1) X(spmm_f32_nb2) X(spmm_f32_nb4) X(spmm_f32_nb8) X(spmm_f16w_nb1) X(spmm_f16w_nb2) X(spmm_f16w_nb4)   \
   X(spmm_f16w_nb8) X(spmm_cbw_nb1) X(spmm_cbw_nb2) X(spmm_cbw_nb4) X(spmm_cbw_nb8) X(nonfinite_scan) X(qu8_igemm) X(qu8_igemm_x2) X(qu8_igemm_narrow) X(qu8_depthwise) X(qu8_depthwise_narrow) X(qu8_maxpool)   \
@@ -90,6 +90,7 @@ struct KernelTable {
   // Winograd F(4x4, 3x3) transforms (ukernels.h); the 36 GEMMs between them run on igemm_f32w.
   WinogradInputUkernel winograd_input;
   WinogradOutputUkernel winograd_output;
+  WinogradWeightsUkernel winograd_weights;
   // Sparse 1x1 convolution in CHW (ukernels.h, SpmmUkernel; operators_sparse.h): one kernel per
   // block height NB (1, 2, 4; 8 on the avx512 levels only, null elsewhere) and value kind (fp32,
   // fp16 weights widened in the kernel, uint8 codebook indices), and the scan for non-finite inputs.

@@ -500,6 +500,8 @@ ClusteredWeights pack_clustered_impl(const uint8_t* indices, unsigned bits, size
 }
 
 
+}  // namespace
+
 // Columns of one panel-decode chunk: whole code blocks (64 columns in the nibble layout, L * F in
 // lane words), about 256 columns, so that the chunk's decoded rows (nr x 256 floats, 32 KiB at
 // nr = 32) stay in L1 between the row decoder that writes them and the transpose that reads them.
@@ -531,8 +533,6 @@ void decode_clustered_panel(const ClusteredWeights& w, size_t p, size_t nr, floa
       for (size_t kk = k0; kk < k0 + kcur; ++kk) std::memset(panel + kk * nr + ncur, 0, (nr - ncur) * sizeof(float));
   }
 }
-
-}  // namespace
 
 ClusteredWeights pack_clustered(const uint8_t* indices, unsigned bits, size_t n, size_t k, const float* codebook,
                                 bool per_row, const float* bias, const KernelTable* t) {
@@ -600,11 +600,27 @@ ClusteredConvPlan::ClusteredConvPlan(size_t n, size_t h, size_t w, size_t c, con
   require(c > 0 && weights.k == g.kh * g.kw * c, "ClusteredConvPlan: clustered weights K != KH*KW*C");
   zero_ = AlignedBuffer<float>(c);
   std::memset(zero_.data(), 0, c * sizeof(float));
+  winograd_ = g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 &&
+              winograd_enabled() && clustered_winograd_chosen(n, oh_, ow_, c, weights.n);
+  if (winograd_) {
+    tiles_h_ = div_up(oh_, kWinogradTile);
+    tiles_w_ = div_up(ow_, kWinogradTile);
+    tile_block_ = clustered_winograd_tile_block(n * tiles_h_ * tiles_w_, c, weights.table->gemm_mr);
+  }
 }
 
-size_t ClusteredConvPlan::panel_bytes() const { return weights_->k * weights_->table->gemm_nr * sizeof(float); }
+size_t ClusteredConvPlan::panel_bytes() const {
+  const size_t nr = weights_->table->gemm_nr;
+  const size_t floats = (weights_->k + clustered_chunk_columns(*weights_)) * nr +
+                        (winograd_ ? clustered_winograd_scratch_floats(c_, nr, tile_block_) : 0);
+  return floats * sizeof(float);
+}
 
 void ClusteredConvPlan::run(const float* input, float* output, const Activation& act, size_t threads) {
+  if (winograd_) {
+    if (n_ * oh_ * ow_ > 0 && weights_->n > 0) run_winograd(input, output, act, threads);
+    return;
+  }
   const ClusteredWeights& w = *weights_;
   const KernelTable& t = *w.table;
   const size_t mr = t.gemm_mr, nr = t.gemm_nr, ks = g_.kh * g_.kw;

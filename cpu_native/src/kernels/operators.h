@@ -261,24 +261,44 @@ void clustered_gemm(const float* x, size_t m, size_t ldx, const ClusteredWeights
 // igemm layout [KH*KW][C][NR] (per thread, in L2) and multiplies it against its pixel tiles, so
 // the only per-call memory beyond the output is that panel and the indirection buffer (made
 // once per plan and input address; one plan per arena, as ConvPlan).
+// 3x3 stride-1 layers with enough 4x4 tiles (clustered_winograd_chosen; EDGESDK_CPU_WINOGRAD=0
+// turns it off) run Winograd F(4x4, 3x3) instead (operators_winograd.cc): each decoded panel is
+// transformed on the call (36 x C x NR floats per thread) and multiplied against the tiles'
+// transformed input, which the threads share.
 class ClusteredConvPlan {
  public:
   ClusteredConvPlan(size_t n, size_t h, size_t w, size_t c, const ConvGeometry& g, const ClusteredWeights& weights);
   size_t out_h() const { return oh_; }
   size_t out_w() const { return ow_; }
+  bool is_winograd() const { return winograd_; }
   size_t indirection_bytes() const { return indirection_.size() * sizeof(float*) + zero_.size() * sizeof(float); }
-  // The decoded panel one thread holds while it works: KH*KW*C*NR floats.
+  // What one running thread holds while it works: the decoded panel (KH*KW*C*NR floats) and its
+  // decode chunk, plus, for Winograd, the panel's transformed weights and products.
   size_t panel_bytes() const;
   void run(const float* input, float* output, const Activation& act, size_t threads);
 
  private:
+  void run_winograd(const float* input, float* output, const Activation& act, size_t threads) const;
+
   size_t n_, h_, w_, c_, oh_, ow_;
   ConvGeometry g_;
   const ClusteredWeights* weights_;
+  bool winograd_ = false;
+  size_t tiles_h_ = 0, tiles_w_ = 0, tile_block_ = 0;
   std::vector<const float*> indirection_;
   AlignedBuffer<float> zero_;
   const float* built_input_ = nullptr;
 };
+
+// Shared by the clustered drivers (operators.cc, operators_winograd.cc): the columns of one decode
+// chunk, and panel p of w decoded into the igemm layout [K][nr] (rows past n as zeros; `rows`
+// holds nr x clustered_chunk_columns(w) floats).
+size_t clustered_chunk_columns(const ClusteredWeights& w);
+void decode_clustered_panel(const ClusteredWeights& w, size_t p, size_t nr, float* rows, float* panel);
+// The Winograd rule and tile block of ClusteredConvPlan, and its per-thread scratch (floats).
+bool clustered_winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k);
+size_t clustered_winograd_tile_block(size_t tiles, size_t c, size_t mr);
+size_t clustered_winograd_scratch_floats(size_t c, size_t nr, size_t tile_block);
 
 // NNM gather-accumulate (seed 003): out[p][k] = act(bias[k] + sum_g cent[p][g*kc + assign[g][k]]).
 // groups = 1 is the shared reading (one assignment map); groups > 1 the per-input-channel one.

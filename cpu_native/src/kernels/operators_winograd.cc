@@ -80,6 +80,89 @@ void transform_weights(const PackedGemmWeights& w, WinogradWeights& out) {
     }
 }
 
+// Where the tiles of a Winograd convolution lie, and the two transforms both drivers (ConvPlan's
+// dense weights, ClusteredConvPlan's decoded panels) run over them.
+struct WinogradTiles {
+  const KernelTable& t;
+  size_t h, w, c, oh, ow, tiles_h, tiles_w, pad_top, pad_left;
+  const float* zero;  // c zeros: the patch pixels in the padding
+  const float* input;
+  size_t in_stride;
+  float* output;
+  size_t out_stride;
+
+  size_t per_image() const { return tiles_h * tiles_w; }
+
+  // Input transform of tiles [t0 + i0, t0 + i1) of the block starting at tile t0: V[e][tile][C]
+  // (tile stride cs, position stride tb * cs).
+  void transform_input(size_t t0, size_t i0, size_t i1, float* v, size_t cs, size_t tb) const {
+    const float* pixels[kP * kP];
+    for (size_t i = i0; i < i1; ++i) {
+      const size_t tile = t0 + i, b = tile / per_image(), ty = tile % per_image() / tiles_w, tx = tile % tiles_w;
+      for (size_t py = 0; py < kP; ++py) {
+        const ptrdiff_t iy = static_cast<ptrdiff_t>(ty * kR + py) - static_cast<ptrdiff_t>(pad_top);
+        for (size_t px = 0; px < kP; ++px) {
+          const ptrdiff_t ix = static_cast<ptrdiff_t>(tx * kR + px) - static_cast<ptrdiff_t>(pad_left);
+          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h) && ix < static_cast<ptrdiff_t>(w);
+          pixels[py * kP + px] =
+              inside ? input + ((b * h + static_cast<size_t>(iy)) * w + static_cast<size_t>(ix)) * in_stride : zero;
+        }
+      }
+      t.winograd_input(pixels, c, v + i * cs, tb * cs);
+    }
+  }
+
+  // Output transform of tiles [t0 + i0, t0 + i1) into the NHWC output, channels [k0, k1): m points
+  // at column k0 of the block's first tile (tile stride ms, position stride tb * ms). `direct(o)`
+  // is output o's direct 3x3 filter in the igemm layout ([9][C] with a channel stride of nr): a
+  // tile's nonfinite outputs are recomputed from it as the direct convolution does (ukernels.h,
+  // WinogradOutputUkernel), the NaN / inf semantics of the other paths.
+  template <class Direct>
+  void transform_output(size_t t0, size_t i0, size_t i1, size_t k0, size_t k1, const float* m, size_t ms,
+                        size_t tb, const float* bias, const MinMax& clamp, const Activation& act, bool post,
+                        size_t nr, Direct direct) const {
+    for (size_t i = i0; i < i1; ++i) {
+      const size_t tile = t0 + i, b = tile / per_image(), ty = tile % per_image() / tiles_w, tx = tile % tiles_w;
+      const size_t oy0 = ty * kR, ox0 = tx * kR;
+      const size_t rows = min_size(kR, oh - oy0), cols = min_size(kR, ow - ox0);
+      float* y = output + ((b * oh + oy0) * ow + ox0) * out_stride;
+      const bool nonfinite = t.winograd_output(m + i * ms, tb * ms, k1 - k0, bias + k0, y + k0, ow * out_stride,
+                                               out_stride, rows, cols, &clamp);
+      if (nonfinite) recompute_nonfinite(b, oy0, ox0, rows, cols, k0, k1, bias, clamp, nr, direct);
+      if (post)
+        for (size_t r = 0; r < rows; ++r)
+          for (size_t col = 0; col < cols; ++col) t.activation(y + (r * ow + col) * out_stride + k0, k1 - k0, &act);
+    }
+  }
+
+  template <class Direct>
+  void recompute_nonfinite(size_t b, size_t oy0, size_t ox0, size_t rows, size_t cols, size_t k0, size_t k1,
+                           const float* bias, const MinMax& clamp, size_t nr, Direct direct) const {
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t j = 0; j < cols; ++j) {
+        const size_t oy = oy0 + i, ox = ox0 + j;
+        float* y = output + ((b * oh + oy) * ow + ox) * out_stride;
+        for (size_t o = k0; o < k1; ++o) {
+          if (std::isfinite(y[o])) continue;
+          const float* filter = direct(o);
+          float s = bias[o];
+          for (size_t ky = 0; ky < 3; ++ky)
+            for (size_t kx = 0; kx < 3; ++kx) {
+              const ptrdiff_t iy = static_cast<ptrdiff_t>(oy + ky) - static_cast<ptrdiff_t>(pad_top);
+              const ptrdiff_t ix = static_cast<ptrdiff_t>(ox + kx) - static_cast<ptrdiff_t>(pad_left);
+              if (iy < 0 || ix < 0 || iy >= static_cast<ptrdiff_t>(h) || ix >= static_cast<ptrdiff_t>(w)) continue;
+              const float* x = input + ((b * h + static_cast<size_t>(iy)) * w + static_cast<size_t>(ix)) * in_stride;
+              const float* wk = filter + (ky * 3 + kx) * c * nr;
+              for (size_t ch = 0; ch < c; ++ch) s += x[ch] * wk[ch * nr];
+            }
+          s = s < clamp.min ? clamp.min : s;  // bounds first: NaN stays NaN
+          s = s > clamp.max ? clamp.max : s;
+          y[o] = s;
+        }
+      }
+  }
+};
+
 }  // namespace
 
 const WinogradWeights& winograd_weights(const PackedGemmWeights& w) {
@@ -152,52 +235,15 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
   const MinMax clamp = clamp_part(act);
   const MinMax no_clamp{-INFINITY, INFINITY};
   const bool post = needs_post_pass(act);
-  const float* zero = zero_.data();
-
-  // Recomputes the tile's nonfinite outputs (ukernels.h, WinogradOutputUkernel) as the direct
-  // convolution does, from the packed direct weights: the NaN / inf semantics of the other paths.
-  auto fix_nonfinite = [&](size_t b, size_t oy0, size_t ox0, size_t rows, size_t cols, size_t k0, size_t k1) {
-    const float* wp = reinterpret_cast<const float*>(w.panels.data());
-    for (size_t i = 0; i < rows; ++i)
-      for (size_t j = 0; j < cols; ++j) {
-        const size_t oy = oy0 + i, ox = ox0 + j;
-        float* y = output + ((b * oh_ + oy) * ow_ + ox) * out_stride;
-        for (size_t o = k0; o < k1; ++o) {
-          if (std::isfinite(y[o])) continue;
-          const size_t p = o / nr, col = o % nr;
-          float s = w.bias[o];
-          for (size_t ky = 0; ky < 3; ++ky)
-            for (size_t kx = 0; kx < 3; ++kx) {
-              const ptrdiff_t iy = static_cast<ptrdiff_t>(oy + ky) - static_cast<ptrdiff_t>(g_.pad_top);
-              const ptrdiff_t ix = static_cast<ptrdiff_t>(ox + kx) - static_cast<ptrdiff_t>(g_.pad_left);
-              if (iy < 0 || ix < 0 || iy >= static_cast<ptrdiff_t>(h_) || ix >= static_cast<ptrdiff_t>(w_)) continue;
-              const float* x = input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride;
-              const float* wk = wp + (p * w.k + (ky * 3 + kx) * c_) * nr + col;
-              for (size_t ch = 0; ch < c_; ++ch) s += x[ch] * wk[ch * nr];
-            }
-          s = s < clamp.min ? clamp.min : s;  // bounds first: NaN stays NaN
-          s = s > clamp.max ? clamp.max : s;
-          y[o] = s;
-        }
-      }
-  };
-  // Input transform of tiles [t0 + i0, t0 + i1) of the block starting at tile t0: V[e][tile][C].
+  const WinogradTiles tiling{t,           h_, w_,   c_, oh_, ow_, tiles_h_, tiles_w_, g_.pad_top, g_.pad_left,
+                             zero_.data(), input, in_stride, output, out_stride};
+  const float* direct_panels = reinterpret_cast<const float*>(w.panels.data());
+  auto direct = [&](size_t o) { return direct_panels + o / nr * w.k * nr + o % nr; };
   auto transform_input = [&](size_t t0, size_t i0, size_t i1, float* v) {
-    const float* pixels[kP * kP];
-    for (size_t i = i0; i < i1; ++i) {
-      const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
-                   tx = tile % tiles_w_;
-      for (size_t py = 0; py < kP; ++py) {
-        const ptrdiff_t iy = static_cast<ptrdiff_t>(ty * kR + py) - static_cast<ptrdiff_t>(g_.pad_top);
-        for (size_t px = 0; px < kP; ++px) {
-          const ptrdiff_t ix = static_cast<ptrdiff_t>(tx * kR + px) - static_cast<ptrdiff_t>(g_.pad_left);
-          const bool inside = iy >= 0 && ix >= 0 && iy < static_cast<ptrdiff_t>(h_) && ix < static_cast<ptrdiff_t>(w_);
-          pixels[py * kP + px] =
-              inside ? input + ((b * h_ + static_cast<size_t>(iy)) * w_ + static_cast<size_t>(ix)) * in_stride : zero;
-        }
-      }
-      t.winograd_input(pixels, c_, v + i * cs, tb * cs);
-    }
+    tiling.transform_input(t0, i0, i1, v, cs, tb);
+  };
+  auto transform_output = [&](size_t t0, size_t i0, size_t i1, size_t k0, size_t k1, const float* m) {
+    tiling.transform_output(t0, i0, i1, k0, k1, m + k0, ks, tb, w.bias.data(), clamp, act, post, nr, direct);
   };
   // M_e[tile][k] = V_e[tile][:] U_e[:][k] for the block's nt tiles, panels [p0, p1) of position e.
   auto multiply = [&](size_t e, size_t p0, size_t p1, size_t nt, const float* v, float* m) {
@@ -214,24 +260,6 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
       }
     }
   };
-  // Output transform of tiles [t0 + i0, t0 + i1) into the NHWC output, channels [k0, k1).
-  auto transform_output = [&](size_t t0, size_t i0, size_t i1, size_t k0, size_t k1, const float* m) {
-    for (size_t i = i0; i < i1; ++i) {
-      const size_t tile = t0 + i, b = tile / tiles_per_image, ty = tile % tiles_per_image / tiles_w_,
-                   tx = tile % tiles_w_;
-      const size_t oy0 = ty * kR, ox0 = tx * kR;
-      const size_t rows_here = min_size(kR, oh_ - oy0), cols_here = min_size(kR, ow_ - ox0);
-      float* y = output + ((b * oh_ + oy0) * ow_ + ox0) * out_stride;
-      const bool nonfinite = t.winograd_output(m + i * ks + k0, tb * ks, k1 - k0, w.bias.data() + k0, y + k0,
-                                               ow_ * out_stride, out_stride, rows_here, cols_here, &clamp);
-      if (nonfinite) fix_nonfinite(b, oy0, ox0, rows_here, cols_here, k0, k1);
-      if (post)
-        for (size_t r = 0; r < rows_here; ++r)
-          for (size_t col = 0; col < cols_here; ++col)
-            t.activation(y + (r * ow_ + col) * out_stride + k0, k1 - k0, &act);
-    }
-  };
-
   if (threads > 1 && !weights_in_l2(c_, k)) {
     // U outgrows L2: the threads share each block, phase by phase (input transform over tiles, the
     // 36 x panels GEMMs, output transform over tiles), so U streams once per block in all; per-thread
@@ -274,6 +302,94 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
       transform_output(t0, 0, nt, p0 * nr, min_size(k, p1 * nr), m);
     }
   });
+}
+
+// ---- clustered weights ------------------------------------------------------------------------
+// ClusteredConvPlan's Winograd: the weights exist only as codes, so each call decodes one panel (nr
+// outputs) at a time, transforms it (the level's winograd_weights: ~2.5 operations per transformed
+// value, against the tiles multiply-adds each value feeds) and runs that panel's 36 GEMMs over the
+// block's tiles. A thread holds one panel's direct and transformed weights, never the layer's U
+// (4x the dense weights).
+
+// Measured with tools/bench_compressed_cpu.py clustered (ResNet-18's 3x3 layers, 4-bit per-channel
+// codebooks, 1 thread, avx512): Winograd against this plan's direct path is 0.40x at 56x56 and
+// 28x28 and 0.55x at 14x14 (16 tiles), but 1.4x at 7x7 (4 tiles: each panel's decode and
+// transform then feeds too few tiles). So: the dense rule's tile fullness, and at least 16 tiles.
+bool clustered_winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k) {
+  if (c < 8 || k < 8) return false;
+  const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR), pixels = n * oh * ow;
+  return pixels >= 10 * tiles && tiles >= 16;
+}
+
+// Tiles per block: all of them while V (36 x tiles x C floats, shared by the threads) takes at most
+// kMaxClusteredVBytes; each block decodes and transforms every panel again.
+size_t clustered_winograd_tile_block(size_t tiles, size_t c, size_t mr) {
+  constexpr size_t kMaxClusteredVBytes = 8 * 1024 * 1024;
+  const size_t per_tile = kE * scratch_stride(c) * sizeof(float);
+  const size_t block = max_size(mr, kMaxClusteredVBytes / per_tile / mr * mr);
+  if (block >= tiles) return round_up(tiles, mr);
+  return round_up(div_up(tiles, div_up(tiles, block)), mr);
+}
+
+// Input channels whose transformed weights (36 x kc x nr floats: 288 KiB at nr = 32) a thread
+// makes and multiplies at a time (see run_winograd).
+constexpr size_t kClusteredWinogradChannels = 64;
+
+size_t clustered_winograd_scratch_floats(size_t c, size_t nr, size_t tile_block) {
+  return kE * min_size(c, kClusteredWinogradChannels) * nr + kE * tile_block * nr;  // U block, M of a panel
+}
+
+void ClusteredConvPlan::run_winograd(const float* input, float* output, const Activation& act,
+                                     size_t threads) const {
+  const ClusteredWeights& w = *weights_;
+  const KernelTable& t = *w.table;
+  const size_t mr = t.gemm_mr, nr = t.gemm_nr, k = w.n, panels = div_up(k, nr);
+  const size_t tiles = n_ * tiles_h_ * tiles_w_, tb = tile_block_, blocks = div_up(tiles, tb);
+  const size_t cs = scratch_stride(c_);
+  const MinMax clamp = clamp_part(act);
+  const MinMax no_clamp{-INFINITY, INFINITY};
+  const bool post = needs_post_pass(act);
+  const WinogradTiles tiling{t,           h_, w_, c_, oh_, ow_, tiles_h_, tiles_w_, g_.pad_top, g_.pad_left,
+                             zero_.data(), input, c_, output, k};
+  thread_local AlignedBuffer<float> v_shared;  // the calling thread's, shared by the workers
+  if (v_shared.size() < kE * tb * cs) v_shared = AlignedBuffer<float>(kE * tb * cs);
+  float* v = v_shared.data();
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t t0 = blk * tb, nt = min_size(tb, tiles - t0);
+    parallel_for(nt, threads, [&](size_t i0, size_t i1) { tiling.transform_input(t0, i0, i1, v, cs, tb); });
+    parallel_for(panels, threads, [&](size_t p0, size_t p1) {
+      thread_local AlignedBuffer<float> rows, panel, u, m;
+      const size_t kc = min_size(c_, kClusteredWinogradChannels);
+      if (rows.size() < nr * clustered_chunk_columns(w)) rows = AlignedBuffer<float>(nr * clustered_chunk_columns(w));
+      if (panel.size() < w.k * nr) panel = AlignedBuffer<float>(w.k * nr);
+      if (u.size() < kE * kc * nr) u = AlignedBuffer<float>(kE * kc * nr);
+      if (m.size() < kE * tb * nr) m = AlignedBuffer<float>(kE * tb * nr);
+      const float* a_rows[64];  // MR pointers (MR <= 64)
+      for (size_t p = p0; p < p1; ++p) {
+        const size_t ncur = min_size(nr, k - p * nr);
+        decode_clustered_panel(w, p, nr, rows.data(), panel.data());
+        // kc channels at a time: their U (36 x kc x nr floats) stays in L2 between the transform
+        // that writes it and the GEMMs that read it; the products accumulate in M.
+        for (size_t c0 = 0; c0 < c_; c0 += kc) {
+          const size_t kcur = min_size(kc, c_ - c0);
+          t.winograd_weights(panel.data() + c0 * nr, c_ * nr, kcur * nr, u.data(), kcur * nr);
+          for (size_t e = 0; e < kE; ++e) {
+            const float* ve = v + e * tb * cs + c0;
+            for (size_t i0 = 0; i0 < nt; i0 += mr) {
+              const size_t mcur = min_size(mr, nt - i0);
+              for (size_t i = 0; i < mr; ++i) a_rows[i] = ve + (i0 + min_size(i, mcur - 1)) * cs;
+              t.igemm_f32w(mcur, ncur, kcur, 1, a_rows, u.data() + e * kcur * nr, nullptr,
+                           m.data() + (e * tb + i0) * nr, nr, c0 > 0 ? kGemmAccumulate : 0u, &no_clamp);
+            }
+          }
+        }
+        const float* decoded = panel.data();
+        auto direct = [&](size_t o) { return decoded + (o - p * nr); };
+        tiling.transform_output(t0, 0, nt, p * nr, p * nr + ncur, m.data(), nr, tb, w.bias.data(), clamp, act, post,
+                                nr, direct);
+      }
+    });
+  }
 }
 
 }  // namespace edgesdk::kernels

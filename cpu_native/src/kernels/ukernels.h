@@ -267,6 +267,14 @@ constexpr size_t kWinogradPositions = 36;
 // each to `channels` floats (a zero vector where the patch leaves the input: padding, edge tiles).
 using WinogradInputUkernel = void (*)(const float* const* pixels, size_t channels, float* v, size_t v_stride);
 
+// Weight transform of n independent 3x3 filters, vectorised across them: u[e * u_stride + i] =
+// (G g G^T)[e] for i < n, the filter's taps at g[(3 * tap_row + tap_col) * g_stride + i] (a
+// clustered panel's [9][C][NR] floats with g_stride = C * NR, decoded on every call, so it must
+// be cheap). G is
+// exact only in real arithmetic (1/6, 1/12, 1/24): the SIMD kernels' factored forms and the
+// scalar reference's written-out products differ in the last bits.
+using WinogradWeightsUkernel = void (*)(const float* g, size_t g_stride, size_t n, float* u, size_t u_stride);
+
 // Output transform of one tile: for ch < channels, the 4x4 values (A^T m A)[i][j] + bias[ch], m[e] =
 // m[e * m_stride + ch], clamped to [min, max] (NaN stays NaN), stored at
 // y[i * y_row_stride + j * y_pixel_stride + ch] for i < rows, j < cols (edge tiles store less).
@@ -569,6 +577,7 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__scalar, f32_resize_linear__sc
 // Winograd F(4x4, 3x3) transforms (winograd_scalar.cc: the matrices applied as written).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input__scalar;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output__scalar;
+UkernelFunction<WinogradWeightsUkernel> f32_winograd43_weights__scalar;
 // Sparse 1x1 (spmm_scalar.cc): 8 pixels a step, blocks of 1, 2 and 4 rows; fp32, fp16 and codebook values.
 UkernelFunction<SpmmUkernel> f32_spmm_8x1__scalar, f32_spmm_8x2__scalar, f32_spmm_8x4__scalar;
 UkernelFunction<SpmmUkernel> f32_f16w_spmm_8x1__scalar, f32_f16w_spmm_8x2__scalar, f32_f16w_spmm_8x4__scalar;
@@ -610,6 +619,7 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__avx2, f32_resize_linear__avx2
 // Winograd F(4x4, 3x3) transforms (winograd_avx2.cc: 8 channels a step).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input_8c__avx2;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_8c__avx2;
+UkernelFunction<WinogradWeightsUkernel> f32_winograd43_weights_8x__avx2;
 // Sparse 1x1 (spmm_avx2.cc, AVX2 + FMA + F16C): MR pixels (4 or 2 vectors) x NB rows.
 UkernelFunction<SpmmUkernel> f32_spmm_32x1__avx2, f32_spmm_32x2__avx2, f32_spmm_16x4__avx2;
 UkernelFunction<SpmmUkernel> f32_f16w_spmm_32x1__avx2, f32_f16w_spmm_32x2__avx2, f32_f16w_spmm_16x4__avx2;
@@ -658,6 +668,7 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__avx512skx, f32_resize_linear_
 // Winograd F(4x4, 3x3) transforms (winograd_avx512.cc: AVX-512 F alone, as the GEMM; 16 channels a step).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input_16c__avx512f;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_16c__avx512f;
+UkernelFunction<WinogradWeightsUkernel> f32_winograd43_weights_16x__avx512f;
 // Sparse 1x1 (spmm_avx512.cc, AVX-512 F + FMA + F16C): MR pixels x NB rows (NB 8 on this level only).
 UkernelFunction<SpmmUkernel> f32_spmm_64x1__avx512f, f32_spmm_64x2__avx512f, f32_spmm_64x4__avx512f,
     f32_spmm_32x8__avx512f;
@@ -714,6 +725,7 @@ UkernelFunction<ResizeUkernel> f32_resize_nearest__neon, f32_resize_linear__neon
 // Winograd F(4x4, 3x3) transforms (winograd_neon.cc: 4 channels a step).
 UkernelFunction<WinogradInputUkernel> f32_winograd43_input_4c__neon;
 UkernelFunction<WinogradOutputUkernel> f32_winograd43_output_4c__neon;
+UkernelFunction<WinogradWeightsUkernel> f32_winograd43_weights_4x__neon;
 // Sparse 1x1 (spmm_neon.cc): 16 pixels (4 vectors) x NB rows, 8 at NB 4.
 UkernelFunction<SpmmUkernel> f32_spmm_16x1__neon, f32_spmm_16x2__neon, f32_spmm_8x4__neon;
 UkernelFunction<SpmmUkernel> f32_f16w_spmm_16x1__neon, f32_f16w_spmm_16x2__neon, f32_f16w_spmm_8x4__neon;

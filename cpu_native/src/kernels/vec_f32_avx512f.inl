@@ -17,6 +17,7 @@ struct V512F {
   static T set1(float v) { return _mm512_set1_ps(v); }
   static T add(T a, T b) { return _mm512_add_ps(a, b); }
   static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T max(T a, T b) { return _mm512_max_ps(a, b); }
   static T min(T a, T b) { return _mm512_min_ps(a, b); }

@@ -23,4 +23,8 @@ bool f32_winograd43_output_8c__avx2(const float* m, size_t m_stride, size_t chan
   return winograd43_output(m, m_stride, channels, bias, y, y_row_stride, y_pixel_stride, rows, cols, clamp);
 }
 
+void f32_winograd43_weights_8x__avx2(const float* g, size_t g_stride, size_t n, float* u, size_t u_stride) {
+  winograd43_weights(g, g_stride, n, u, u_stride);
+}
+
 }  // namespace edgesdk::kernels

@@ -29,4 +29,8 @@ bool f32_winograd43_output_16c__avx512f(const float* m, size_t m_stride, size_t 
   return winograd43_output(m, m_stride, channels, bias, y, y_row_stride, y_pixel_stride, rows, cols, clamp);
 }
 
+void f32_winograd43_weights_16x__avx512f(const float* g, size_t g_stride, size_t n, float* u, size_t u_stride) {
+  winograd43_weights(g, g_stride, n, u, u_stride);
+}
+
 }  // namespace edgesdk::kernels

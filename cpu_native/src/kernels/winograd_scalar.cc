@@ -15,6 +15,10 @@ const float kBt[P][P] = {
     {4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
     {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1},
 };
+const float kG[P][3] = {
+    {1.0f / 4, 0, 0}, {-1.0f / 6, -1.0f / 6, -1.0f / 6}, {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+    {1.0f / 24, 1.0f / 12, 1.0f / 6}, {1.0f / 24, -1.0f / 12, 1.0f / 6}, {0, 0, 1},
+};
 const float kAt[R][P] = {
     {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1},
 };
@@ -69,6 +73,26 @@ bool f32_winograd43_output__scalar(const float* m, size_t m_stride, size_t chann
       }
   }
   return nonfinite;
+}
+
+void f32_winograd43_weights__scalar(const float* g, size_t g_stride, size_t n, float* u, size_t u_stride) {
+  for (size_t i = 0; i < n; ++i) {
+    float gg[P][3];  // G g
+    for (size_t r = 0; r < P; ++r)
+      for (size_t x = 0; x < 3; ++x) {
+        float s = 0.0f;
+        for (size_t y = 0; y < 3; ++y)
+          if (kG[r][y] != 0.0f) s += kG[r][y] * g[(3 * y + x) * g_stride + i];
+        gg[r][x] = s;
+      }
+    for (size_t r = 0; r < P; ++r)  // (G g) G^T
+      for (size_t x = 0; x < P; ++x) {
+        float s = 0.0f;
+        for (size_t y = 0; y < 3; ++y)
+          if (kG[x][y] != 0.0f) s += gg[r][y] * kG[x][y];
+        u[(r * P + x) * u_stride + i] = s;
+      }
+  }
 }
 
 }  // namespace edgesdk::kernels

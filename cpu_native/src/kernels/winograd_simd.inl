@@ -123,3 +123,54 @@ static bool winograd43_output(const float* m, size_t m_stride, size_t channels, 
                               hi, check);
   return V::any_nan(check);
 }
+
+// G of F(4x4, 3x3) on one column (a, b, d) of 3x3 filters, factored:
+//   G g: u0 = a / 4, u1 = -((a + d) + b) / 6, u2 = -((a + d) - b) / 6,
+//        u3 = (a / 24 + d / 6) + b / 12, u4 = (a / 24 + d / 6) - b / 12, u5 = d
+static inline void weights_1d(T a, T b, T d, T* u) {
+  const T ad = V::add(a, d), neg_sixth = V::set1(-1.0f / 6);
+  const T e = V::fma(V::set1(1.0f / 24), a, V::mul(V::set1(1.0f / 6), d)), f = V::mul(V::set1(1.0f / 12), b);
+  u[0] = V::mul(V::set1(0.25f), a);
+  u[1] = V::mul(neg_sixth, V::add(ad, b));
+  u[2] = V::mul(neg_sixth, V::sub(ad, b));
+  u[3] = V::add(e, f);
+  u[4] = V::sub(e, f);
+  u[5] = d;
+}
+
+// Filters [i, i + n) (n < W: the tail) of winograd43_weights.
+template <bool Tail>
+static inline void weights_step(const float* g, size_t g_stride, size_t n, float* u, size_t u_stride) {
+  T gg[kP][3];  // G g, by column
+#pragma GCC unroll 3
+  for (size_t x = 0; x < 3; ++x) {
+    T col[3], t[kP];
+#pragma GCC unroll 3
+    for (size_t y = 0; y < 3; ++y) {
+      const float* p = g + (3 * y + x) * g_stride;
+      col[y] = Tail ? V::load_tail(p, n, 0.0f) : V::load(p);
+    }
+    weights_1d(col[0], col[1], col[2], t);
+#pragma GCC unroll 6
+    for (size_t i = 0; i < kP; ++i) gg[i][x] = t[i];
+  }
+#pragma GCC unroll 6
+  for (size_t i = 0; i < kP; ++i) {
+    T row[kP];
+    weights_1d(gg[i][0], gg[i][1], gg[i][2], row);
+#pragma GCC unroll 6
+    for (size_t x = 0; x < kP; ++x) {
+      float* p = u + (i * kP + x) * u_stride;
+      if (Tail)
+        V::store_tail(p, row[x], n);
+      else
+        V::store(p, row[x]);
+    }
+  }
+}
+
+static inline void winograd43_weights(const float* g, size_t g_stride, size_t n, float* u, size_t u_stride) {
+  size_t i = 0;
+  for (; i + W <= n; i += W) weights_step<false>(g + i, g_stride, W, u + i, u_stride);
+  if (i < n) weights_step<true>(g + i, g_stride, n - i, u + i, u_stride);
+}

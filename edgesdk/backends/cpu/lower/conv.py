@@ -241,8 +241,9 @@ def _conv_clustered(node: Node, b: Builder, enc: Clustered, bias: np.ndarray | N
                f"clustered {enc.describe()} GEMM{W.coding_note(b.graph.tensors[node.inputs[1]])}")
         return
     new_plan = partial(k.ClusteredConvPlan, packed, list(x.storage_shape), kernel, **_conv_geometry(node))
+    how = _CONV_KIND["winograd43" if new_plan().is_winograd else "indirect"]
     b.emit(node, "native", lambda v: new_plan().step(v[x], v[y], *act, threads),
-           f"clustered {enc.describe()} indirect conv{W.coding_note(b.graph.tensors[node.inputs[1]])}")
+           f"clustered {enc.describe()} {how}{W.coding_note(b.graph.tensors[node.inputs[1]])}")
 
 
 def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None:
