@@ -499,7 +499,6 @@ ClusteredWeights pack_clustered_impl(const uint8_t* indices, unsigned bits, size
   return out;
 }
 
-
 }  // namespace
 
 // Columns of one panel-decode chunk: whole code blocks (64 columns in the nibble layout, L * F in
