@@ -960,6 +960,7 @@ void test_winograd(const KernelTable& t) {
       {1, 17, 16, 130, 17, geom(3, 3, 1, 1, 1, 1, 1, 1)},
   };
   for (size_t i = 0; i < 3; ++i) {
+    if (g_quick && i == 2) continue;  // Bochs: the C = 130 case costs more than the others together
     const ConvCase& cc = clustered_cases[i];
     const size_t kdim = 9 * cc.c, entries = 16;
     const bool per_row = i % 2 == 0;
