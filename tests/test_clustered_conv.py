@@ -48,6 +48,11 @@ def conv_model(c: int, k: int, hw: tuple[int, int], kernel: tuple[int, int], n: 
     return graph_model(nodes, {"x": (n, c) + hw}, ["y"], {"w": weight, "b": bias})
 
 
+def conv_note(sess: edgesdk.Session) -> str:
+    (note,) = [s.note for s in sess._impl.steps if s.op == "Conv"]
+    return note
+
+
 def clustered(model: onnx.ModelProto, bits: int = 4, per_channel: bool = False, fp16: bool = False):
     graph, _ = compress_model(model, Recipe(LayerSettings(cluster_bits=bits, per_channel=per_channel, fp16=fp16)))
     return graph
@@ -73,7 +78,7 @@ def test_clustered_conv_matches_the_reference(level, threads, geometry):
     x = np.random.default_rng(1).standard_normal(graph.tensors["x"].shape).astype(np.float32)
     want = edgesdk.Session(graph, backend="reference").run({"x": x})["y"]
     sess = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
-    (note,) = [s.note for s in sess._impl.steps if s.op == "Conv"]
+    note = conv_note(sess)
     assert note.startswith("clustered") and note.endswith("indirect conv"), note
     assert_close(sess.run({"x": x})["y"], want, rtol=1e-4, what=f"{geometry} {level}")
 
@@ -125,13 +130,12 @@ def test_clustered_winograd_matches_the_reference(level, threads, geometry, monk
     x = np.random.default_rng(1).standard_normal(graph.tensors["x"].shape).astype(np.float32)
     want = edgesdk.Session(graph, backend="reference").run({"x": x})["y"]
     sess = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
-    (note,) = [s.note for s in sess._impl.steps if s.op == "Conv"]
+    note = conv_note(sess)
     assert note.startswith("clustered") and note.endswith("winograd F(4x4,3x3) conv"), note
     assert_close(sess.run({"x": x})["y"], want, rtol=2e-4, what=f"{geometry} {level}")
     monkeypatch.setenv("EDGESDK_CPU_WINOGRAD", "0")  # the switch turns it off
     direct = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
-    (note,) = [s.note for s in direct._impl.steps if s.op == "Conv"]
-    assert note.endswith("indirect conv"), note
+    assert conv_note(direct).endswith("indirect conv"), conv_note(direct)
 
 
 def test_clustered_winograd_only_where_tiles_share_the_transform():
@@ -164,3 +168,19 @@ def test_plan_refuses_weights_that_do_not_fit_the_geometry():
     plan = KERNELS.ClusteredConvPlan(w, [1, 5, 5, 3], (3, 3))
     with pytest.raises(ValueError, match="x"):
         plan.run(np.zeros((1, 5, 5, 4), np.float32), np.zeros((1, 3, 3, 8), np.float32))
+
+
+def test_one_winograd_session_from_many_threads():
+    """Each call's V lives in the calling thread's scratch and each panel's in the worker's: eight
+    threads calling one session at once get what lone calls get."""
+    from concurrent.futures import ThreadPoolExecutor
+    graph = clustered(conv_model(**WINOGRAD_GEOMETRIES["batch2-c70"]))
+    sess = edgesdk.Session(graph, backend="cpu", threads=2, optimize=False)
+    assert conv_note(sess).endswith("winograd F(4x4,3x3) conv")
+    xs = [np.random.default_rng(seed).standard_normal(graph.tensors["x"].shape).astype(np.float32)
+          for seed in range(8)]
+    alone = [sess.run({"x": x})["y"] for x in xs]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda x: sess.run({"x": x})["y"], xs * 4))
+    for i, got in enumerate(together):
+        np.testing.assert_array_equal(got, alone[i % 8])

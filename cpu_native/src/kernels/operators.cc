@@ -599,8 +599,7 @@ ClusteredConvPlan::ClusteredConvPlan(size_t n, size_t h, size_t w, size_t c, con
   require(c > 0 && weights.k == g.kh * g.kw * c, "ClusteredConvPlan: clustered weights K != KH*KW*C");
   zero_ = AlignedBuffer<float>(c);
   std::memset(zero_.data(), 0, c * sizeof(float));
-  winograd_ = g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 &&
-              winograd_enabled() && clustered_winograd_chosen(n, oh_, ow_, c, weights.n);
+  winograd_ = winograd_geometry(g) && winograd_enabled() && clustered_winograd_chosen(n, oh_, ow_, c, weights.n);
   if (winograd_) {
     tiles_h_ = div_up(oh_, kWinogradTile);
     tiles_w_ = div_up(ow_, kWinogradTile);

@@ -127,6 +127,8 @@ enum class ConvAlgorithm : uint8_t { Auto, Direct, Winograd };
 // Winograd F(4x4, 3x3) can run the convolution: a 3x3 kernel, stride 1, dilation 1 (any padding)
 // over fp32 weights in fp32 arithmetic (fp16 weights and fp16 sessions keep the direct kernels).
 bool winograd_applies(const ConvGeometry& g, const PackedGemmWeights& w);
+// Its geometry part (3x3, stride 1, dilation 1), which clustered weights share.
+bool winograd_geometry(const ConvGeometry& g);
 // False when the environment variable EDGESDK_CPU_WINOGRAD is "0" (read at each plan's creation),
 // which turns Winograd off for Auto plans: for comparisons with the direct kernels, and as an
 // escape hatch should its rounding (5-8x the direct convolution's on ResNet-18's layers, still

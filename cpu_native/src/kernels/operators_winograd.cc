@@ -45,6 +45,20 @@ constexpr size_t kMaxScratchBytes = 16 * 1024 * 1024;
 
 bool weights_in_l2(size_t c, size_t k) { return kE * c * k * sizeof(float) <= kWeightsInL2Bytes; }
 
+size_t tile_count(size_t n, size_t oh, size_t ow) { return n * div_up(oh, kR) * div_up(ow, kR); }
+
+// What both rules (winograd_chosen, clustered_winograd_chosen) ask first: C and K >= 8 and the
+// 4x4 tiles at least 5/8 full on average.
+bool winograd_shape_pays(size_t n, size_t oh, size_t ow, size_t c, size_t k) {
+  return c >= 8 && k >= 8 && n * oh * ow >= 10 * tile_count(n, oh, ow);
+}
+
+// Tile blocks of at most `block` tiles (whole MR), as equal as they come; one block when all fit.
+size_t equal_tile_blocks(size_t tiles, size_t block, size_t mr) {
+  if (block >= tiles) return round_up(tiles, mr);
+  return round_up(div_up(tiles, div_up(tiles, block)), mr);
+}
+
 void transform_weights(const PackedGemmWeights& w, WinogradWeights& out) {
   const size_t c = w.k / 9, k = w.n, nr = w.nr, panels = w.panel_count();
   out.c = c;
@@ -173,9 +187,12 @@ const WinogradWeights& winograd_weights(const PackedGemmWeights& w) {
   return cache.weights;
 }
 
+bool winograd_geometry(const ConvGeometry& g) {
+  return g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1;
+}
+
 bool winograd_applies(const ConvGeometry& g, const PackedGemmWeights& w) {
-  return g.kh == 3 && g.kw == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 &&
-         w.type == WeightType::F32 && !w.f16_arith;
+  return winograd_geometry(g) && w.type == WeightType::F32 && !w.f16_arith;
 }
 
 bool winograd_enabled() {
@@ -203,18 +220,14 @@ bool winograd_enabled() {
 // qemu, not measured on hardware).
 bool winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k, const KernelTable& t) {
   (void)t;
-  if (c < 8 || k < 8) return false;
-  const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR), pixels = n * oh * ow;
-  if (pixels < 10 * tiles) return false;
-  return weights_in_l2(c, k) ? tiles >= 4 : pixels >= 144;
+  if (!winograd_shape_pays(n, oh, ow, c, k)) return false;
+  return weights_in_l2(c, k) ? tile_count(n, oh, ow) >= 4 : n * oh * ow >= 144;
 }
 
 size_t winograd_tile_block(size_t tiles, size_t c, size_t k, size_t mr) {
   const size_t per_tile = kE * (scratch_stride(c) + scratch_stride(k)) * sizeof(float);
   const size_t budget = weights_in_l2(c, k) ? kScratchBytes : kMaxScratchBytes;
-  const size_t block = max_size(mr, budget / per_tile / mr * mr);
-  if (block >= tiles) return round_up(tiles, mr);
-  return round_up(div_up(tiles, div_up(tiles, block)), mr);  // equal blocks
+  return equal_tile_blocks(tiles, max_size(mr, budget / per_tile / mr * mr), mr);
 }
 
 void ConvPlan::set_winograd_block(size_t tiles) {
@@ -316,9 +329,7 @@ void ConvPlan::run_winograd(const float* input, float* output, const Activation&
 // 28x28 and 0.55x at 14x14 (16 tiles), but 1.4x at 7x7 (4 tiles: each panel's decode and
 // transform then feeds too few tiles). So: the dense rule's tile fullness, and at least 16 tiles.
 bool clustered_winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t k) {
-  if (c < 8 || k < 8) return false;
-  const size_t tiles = n * div_up(oh, kR) * div_up(ow, kR), pixels = n * oh * ow;
-  return pixels >= 10 * tiles && tiles >= 16;
+  return winograd_shape_pays(n, oh, ow, c, k) && tile_count(n, oh, ow) >= 16;
 }
 
 // Tiles per block: all of them while V (36 x tiles x C floats, shared by the threads) takes at most
@@ -326,9 +337,7 @@ bool clustered_winograd_chosen(size_t n, size_t oh, size_t ow, size_t c, size_t 
 size_t clustered_winograd_tile_block(size_t tiles, size_t c, size_t mr) {
   constexpr size_t kMaxClusteredVBytes = 8 * 1024 * 1024;
   const size_t per_tile = kE * scratch_stride(c) * sizeof(float);
-  const size_t block = max_size(mr, kMaxClusteredVBytes / per_tile / mr * mr);
-  if (block >= tiles) return round_up(tiles, mr);
-  return round_up(div_up(tiles, div_up(tiles, block)), mr);
+  return equal_tile_blocks(tiles, max_size(mr, kMaxClusteredVBytes / per_tile / mr * mr), mr);
 }
 
 // Input channels whose transformed weights (36 x kc x nr floats: 288 KiB at nr = 32) a thread
