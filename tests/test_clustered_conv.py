@@ -53,6 +53,16 @@ def conv_note(sess: edgesdk.Session) -> str:
     return note
 
 
+def check_against_reference(graph, threads: int, path: str, rtol: float, what: str) -> None:
+    """The cpu session's clustered Conv step takes ``path`` and matches the reference backend."""
+    x = np.random.default_rng(1).standard_normal(graph.tensors["x"].shape).astype(np.float32)
+    want = edgesdk.Session(graph, backend="reference").run({"x": x})["y"]
+    sess = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
+    note = conv_note(sess)
+    assert note.startswith("clustered") and note.endswith(path), note
+    assert_close(sess.run({"x": x})["y"], want, rtol=rtol, what=what)
+
+
 def clustered(model: onnx.ModelProto, bits: int = 4, per_channel: bool = False, fp16: bool = False):
     graph, _ = compress_model(model, Recipe(LayerSettings(cluster_bits=bits, per_channel=per_channel, fp16=fp16)))
     return graph
@@ -75,12 +85,7 @@ GEOMETRIES = {
 @pytest.mark.parametrize("geometry", list(GEOMETRIES))
 def test_clustered_conv_matches_the_reference(level, threads, geometry):
     graph = clustered(conv_model(**GEOMETRIES[geometry]))
-    x = np.random.default_rng(1).standard_normal(graph.tensors["x"].shape).astype(np.float32)
-    want = edgesdk.Session(graph, backend="reference").run({"x": x})["y"]
-    sess = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
-    note = conv_note(sess)
-    assert note.startswith("clustered") and note.endswith("indirect conv"), note
-    assert_close(sess.run({"x": x})["y"], want, rtol=1e-4, what=f"{geometry} {level}")
+    check_against_reference(graph, threads, "indirect conv", 1e-4, f"{geometry} {level}")
 
 
 @pytest.mark.parametrize("per_channel,fp16,bits", [(True, False, 3), (False, True, 4), (True, True, 8), (False, False, 1)])
@@ -127,12 +132,7 @@ WINOGRAD_GEOMETRIES = {
 @pytest.mark.parametrize("geometry", list(WINOGRAD_GEOMETRIES))
 def test_clustered_winograd_matches_the_reference(level, threads, geometry, monkeypatch):
     graph = clustered(conv_model(**WINOGRAD_GEOMETRIES[geometry]), per_channel=threads == 2)
-    x = np.random.default_rng(1).standard_normal(graph.tensors["x"].shape).astype(np.float32)
-    want = edgesdk.Session(graph, backend="reference").run({"x": x})["y"]
-    sess = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
-    note = conv_note(sess)
-    assert note.startswith("clustered") and note.endswith("winograd F(4x4,3x3) conv"), note
-    assert_close(sess.run({"x": x})["y"], want, rtol=2e-4, what=f"{geometry} {level}")
+    check_against_reference(graph, threads, "winograd F(4x4,3x3) conv", 2e-4, f"{geometry} {level}")
     monkeypatch.setenv("EDGESDK_CPU_WINOGRAD", "0")  # the switch turns it off
     direct = edgesdk.Session(graph, backend="cpu", threads=threads, optimize=False)
     assert conv_note(direct).endswith("indirect conv"), conv_note(direct)
