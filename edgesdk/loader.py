@@ -7,13 +7,11 @@ with a one-line hint on converting it to ONNX; anything else is read as ONNX.
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import ModelLoadError, UnsupportedModelError
 from .graph import Graph
-from .package import load_package
 from .package.layout import MAGIC as PACKAGE_MAGIC
 from .runtime.shapes import infer_shapes
 
@@ -73,6 +71,7 @@ def _load_graph(model: Any, input_shapes: InputShapes | None) -> Graph:
         if model_format(path) == "edgepkg":
             if input_shapes:
                 raise ModelLoadError("input_shapes applies to ONNX models; a package already has fixed shapes")
+            from .package import load_package
             return load_package(path)
     raise ModelLoadError(f"cannot load a model from a {type(model).__name__}; pass a path to an .onnx "
                          f"or .edgepkg file, an onnx.ModelProto or an edgesdk Graph")
@@ -133,6 +132,7 @@ def _foreign_format_hint(path: Path, head: bytes) -> str | None:
 
 def _zip_hint(path: Path) -> str:
     """PyTorch (TorchScript or torch.save) and Keras 3 files are zip archives; tell them apart."""
+    import zipfile  # here: only a zip file needs it, and it cost 7 ms of every first load
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()

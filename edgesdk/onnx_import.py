@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from .errors import EdgeSDKError, ModelLoadError, UnsupportedModelError, UnsupportedOperatorError
 from .graph import Graph, Node
+from .onnx_read import OnnxFile, read_onnx
 from .ops import OPS, evaluate, onnx_operators
 from .ops.quantize import accepts_integer_input, keeps_integer_weights
 from .runtime.shapes import RUNTIME_OPS, check_folding, check_tensor_size, infer_node
@@ -51,26 +52,32 @@ def load_onnx(path: str | os.PathLike, input_shapes: InputShapes | None = None,
         raise ModelLoadError(f"model file {str(path)!r} not found" if not path.exists()
                              else f"{str(path)!r} is not a file")
     try:
-        model = onnx.load(str(path))
+        onnx_file = read_onnx(path)
+        if onnx_file is not None and _opset(onnx_file.model) < MIN_OPSET:
+            onnx_file = None  # the version converter needs the whole message
+        model = onnx_file.model if onnx_file is not None else onnx.load(str(path))
     except (DecodeError, RuntimeWarning, ValueError, TypeError, OSError) as exc:
         raise ModelLoadError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from None
     except Exception as exc:  # onnx raises assorted errors for external-data and parse problems
         raise ModelLoadError(f"{path}: not a readable ONNX model ({type(exc).__name__}: "
                              f"{_first_line(exc)})") from None
-    graph = import_model(model, input_shapes, source=str(path), outputs=outputs)
+    graph = import_model(model, input_shapes, source=str(path), outputs=outputs, onnx_file=onnx_file)
     return graph
 
 
 def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
-                 source: str = "<memory>", outputs: Sequence[str] | None = None) -> Graph:
+                 source: str = "<memory>", outputs: Sequence[str] | None = None,
+                 onnx_file: OnnxFile | None = None) -> Graph:
     """Import an in-memory ONNX model. ``outputs`` cuts the graph: only the nodes these tensors
     depend on are imported and they become the graph's outputs (a detector's exported
-    post-processing, with data-dependent shapes, is left out that way)."""
+    post-processing, with data-dependent shapes, is left out that way). ``onnx_file``: where
+    :func:`read_onnx` left the large initializers' bytes (``model`` is its message)."""
     if not model.HasField("graph") or not model.graph.output or model.ir_version <= 0:
         raise ModelLoadError(f"{source}: not an ONNX model (no graph, outputs or IR version)")
     source_opset = _opset(model)
     model = _upgrade_opset(model, source)
     importer = _Importer(model, dict(input_shapes or {}), source, outputs)
+    importer.onnx_file = onnx_file
     importer.source_opset = source_opset  # ops the upgrade rewrote keep their old rules (Resize-10)
     return importer.run()
 
@@ -123,12 +130,16 @@ class _Importer:
         self.input_shapes = input_shapes
         self.graph = Graph(model.graph.name or Path(source).stem)
         self.fixed_dimensions: list[dict[str, Any]] = []  # dynamic dims given a size at import
+        self.onnx_file: OnnxFile | None = None  # large initializers' bytes, when read_onnx read the file
 
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> Graph:
         g, graph = self.onnx_graph, self.graph
-        for init in g.initializer:
-            graph.add_constant(init.name, self.tensor_value(init, f"initializer {init.name!r}"))
+        for index, init in enumerate(g.initializer):
+            if init.name in graph.tensors:  # SSA: one definition per name (the last one used to win)
+                raise ModelLoadError(f"{self.source}: initializer {init.name!r} is defined twice; not a valid "
+                                     f"ONNX graph: keep one of them")
+            graph.add_constant(init.name, self.tensor_value(init, f"initializer {init.name!r}", index))
         unknown = set(self.input_shapes) - {vi.name for vi in g.input}
         if unknown:
             raise UnsupportedModelError(
@@ -262,10 +273,15 @@ class _Importer:
             _notes_given.add(note)
             _log.warning(note)
 
-    def tensor_value(self, proto: onnx.TensorProto, what: str) -> np.ndarray:
+    def tensor_value(self, proto: onnx.TensorProto, what: str, initializer: int | None = None) -> np.ndarray:
+        """The tensor as an array; ``initializer``: its index among the graph's initializers, whose
+        large payloads :func:`read_onnx` may have left out of the message."""
         try:
-            base = os.path.dirname(self.source) if os.path.exists(self.source) else None
-            value = onnx.numpy_helper.to_array(proto, base_dir=base or "")
+            value = self.onnx_file.array(initializer) if self.onnx_file is not None and initializer is not None \
+                else None
+            if value is None:
+                base = os.path.dirname(self.source) if os.path.exists(self.source) else None
+                value = onnx.numpy_helper.to_array(proto, base_dir=base or "")
         except Exception as exc:
             raise ModelLoadError(f"{self.source}: cannot read {what} ({_first_line(exc)})") from None
         return value.astype(_STORED_AS[value.dtype]) if value.dtype in _STORED_AS else value

@@ -7,6 +7,11 @@
 #include <limits>
 #include <new>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
 namespace edgesdk::kernels {
 
 Activation act_none() { return {}; }
@@ -155,10 +160,36 @@ uint16_t fp32_to_fp16(float f) {
   return sign | static_cast<uint16_t>(half);
 }
 
+namespace {
+
+// Buffers from this size on (packed weights, Winograd's transformed weights: 2-10 MB a layer in
+// ResNet-18) are advised for transparent huge pages, as numpy advises its arrays from 4 MiB. Where
+// THP runs in "madvise" mode (Debian's default) a buffer otherwise takes one page fault per 4 KiB
+// on first touch, ~2 us each on a VM: 25 ms for ResNet-18's 44 MB of packed weights, more than
+// the packing itself. The advice covers the buffer's whole pages only and failing it changes nothing.
+constexpr size_t kHugePageAdviceBytes = size_t{4} << 20;
+
+void advise_huge_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes < kHugePageAdviceBytes) return;
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (page_size <= 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(page_size), start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t begin = (start + page - 1) / page * page, end = (start + bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+}  // namespace
+
 void* aligned_alloc_bytes(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   if (posix_memalign(&p, 64, round_up(bytes, 64)) != 0) throw std::bad_alloc();
+  advise_huge_pages(p, bytes);
   return p;
 }
 
