@@ -452,8 +452,11 @@ def _cube_nodes(rw: _ChainRewriter, cube: Node, x: str) -> list[Node] | None:
 def fuse_activations(graph: Graph) -> int:
     """Move a stand-alone activation into the op that produces its input."""
     fused = 0
+    # The maps are built once (per activation they made this pass quadratic: 4 ms of
+    # MobileNetV2's session creation): a fusion changes only who writes the activation's output,
+    # and the readers of the tensor it removes, which no other activation reads.
+    consumers, producers = graph.consumers(), graph.producers()
     for act in [n for n in graph.nodes if n.op in ACTIVATION_PARAMS]:
-        consumers, producers = graph.consumers(), graph.producers()
         producer = producers.get(act.inputs[0])
         if (producer is None or producer.op not in FUSABLE_PRODUCERS
                 or "fused_activation" in producer.attrs or not act.attrs["activation"].fusable
@@ -461,6 +464,7 @@ def fuse_activations(graph: Graph) -> int:
             continue
         producer.attrs["fused_activation"] = act.attrs["activation"]
         _absorb(graph, producer, act)
+        producers[act.outputs[0]] = producer
         fused += 1
     graph.remove_unused_tensors()
     return fused

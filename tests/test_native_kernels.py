@@ -432,6 +432,19 @@ def test_bindings_conv_matches_numpy(kernels):
             want[:, oy, ox] = patch @ w.reshape(7, -1).T + b
     want = want * np.clip(want / 6 + 0.5, 0, 1)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    # OIHW filters packed with window=KH*KW: the same plan, the same bits.
+    oihw = np.ascontiguousarray(w.transpose(0, 3, 1, 2))
+    for isa in kernels.supported_isas():
+        want_plan = kernels.ConvPlan(kernels.pack_gemm(w.reshape(7, -1), b, isa=isa), [2, 9, 8, 5], (3, 3), (2, 2),
+                                     (1, 1), [1, 1, 1, 1])
+        plan = kernels.ConvPlan(kernels.pack_gemm(oihw.reshape(7, -1), b, isa=isa, window=9), [2, 9, 8, 5], (3, 3),
+                                (2, 2), (1, 1), [1, 1, 1, 1])
+        want_plan.run(x, want, act="none", threads=1)
+        plan.run(x, out, act="none", threads=1)
+        assert out.tobytes() == want.tobytes(), isa
+    for window, layout in ((0, "nk"), (4, "nk"), (9, "kn")):
+        with pytest.raises(ValueError, match="window must divide the columns of 'nk' weights"):
+            kernels.pack_gemm(oihw.reshape(7, -1), b, layout=layout, window=window)
 
 
 @pytest.mark.parametrize("n", [7, 16, 19, 70])  # the narrow 16-wide tile, tails, several panels

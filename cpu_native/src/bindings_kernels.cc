@@ -115,9 +115,11 @@ void register_kernels(py::module_& m) {
       .def_property_readonly("isa", [](const k::PackedGemmWeights& w) { return std::string(w.table->name); });
 
   km.def("pack_gemm", [](const py::array& w, std::optional<py::array> bias, const std::string& layout, bool fp16,
-                         std::optional<std::string> isa, bool fp16_arith) {
+                         std::optional<std::string> isa, bool fp16_arith, size_t window) {
     if (w.ndim() != 2) throw py::value_error("w must be 2-D");
     if (layout != "nk" && layout != "kn") throw py::value_error("layout must be 'nk' or 'kn'");
+    if (window == 0 || w.shape(1) % static_cast<py::ssize_t>(window) != 0 || (window > 1 && layout != "nk"))
+      throw py::value_error("window must divide the columns of 'nk' weights");
     const bool nk = layout == "nk";
     const size_t n = static_cast<size_t>(w.shape(nk ? 0 : 1)), kk = static_cast<size_t>(w.shape(nk ? 1 : 0));
     const float* b = nullptr;
@@ -131,16 +133,18 @@ void register_kernels(py::module_& m) {
     if (w.dtype().kind() == 'f' && w.itemsize() == 2) {  // numpy float16: IEEE binary16 bits
       if (!(w.flags() & py::array::c_style)) throw py::value_error("w: must be C-contiguous");
       const auto* h = static_cast<const uint16_t*>(w.data());
-      return std::make_shared<k::PackedGemmWeights>(k::pack_gemm_weights_f16(h, n, kk, wl, b, type, t, fp16_arith));
+      return std::make_shared<k::PackedGemmWeights>(
+          k::pack_gemm_weights_f16(h, n, kk, wl, b, type, t, fp16_arith, window));
     }
     return std::make_shared<k::PackedGemmWeights>(
-        k::pack_gemm_weights(in_f32(w, "w"), n, kk, wl, b, type, t, fp16_arith));
+        k::pack_gemm_weights(in_f32(w, "w"), n, kk, wl, b, type, t, fp16_arith, window));
   }, py::arg("w"), py::arg("bias") = py::none(), py::arg("layout") = "nk", py::arg("fp16") = false,
-     py::arg("isa") = py::none(), py::arg("fp16_arith") = false,
+     py::arg("isa") = py::none(), py::arg("fp16_arith") = false, py::arg("window") = 1,
      "Packs weights (float32, or float16 stored as fp16) given as N x K ('nk') or K x N ('kn') into "
      "NR-wide panels, fp32 or fp16 (fp16=True). fp16_arith=True (fp16 sessions) with fp16=True packs "
      "for the level's fp16-arithmetic kernel where it has one (neonfp16): activations are then "
-     "rounded to fp16 and multiplied in half, with fp32 accumulation.");
+     "rounded to fp16 and multiplied in half, with fp32 accumulation. window=KH*KW: the rows are OIHW "
+     "convolution filters (O x C*KH*KW), packed in the kernels' (kh, kw, c) column order.");
 
   def_kernel(km, "gemm", [](const py::array& a, std::shared_ptr<k::PackedGemmWeights> weights, py::array& out,
                             const std::string& act, std::optional<float> alpha, std::optional<float> beta,

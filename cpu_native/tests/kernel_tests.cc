@@ -210,6 +210,35 @@ ConvGeometry geom(size_t kh, size_t kw, size_t s, size_t d, size_t pt, size_t pl
   return g;
 }
 
+// pack_gemm_weights(window = KH*KW) of OIHW filters gives the same panels, byte for byte, as
+// packing the filters in (kh, kw, c) order: the fp32 transpose path and, from fp16 sources,
+// the element loop.
+void check_window_packing(Family& fam, const KernelTable& t, const std::string& what, const std::vector<float>& w,
+                          size_t oc, size_t c, size_t window, const std::vector<float>& bias, bool fp16,
+                          const PackedGemmWeights& want) {
+  const size_t kdim = c * window;
+  std::vector<float> oihw(w.size());
+  std::vector<uint16_t> oihw_half(w.size()), w_half(w.size());
+  for (size_t o = 0; o < oc; ++o)
+    for (size_t s = 0; s < window; ++s)
+      for (size_t ch = 0; ch < c; ++ch) oihw[(o * c + ch) * window + s] = w[o * kdim + s * c + ch];
+  for (size_t i = 0; i < w.size(); ++i) {
+    oihw_half[i] = fp32_to_fp16(oihw[i]);
+    w_half[i] = fp32_to_fp16(w[i]);
+  }
+  const WeightType type = fp16 ? WeightType::F16 : WeightType::F32;
+  const auto packed = pack_gemm_weights(oihw.data(), oc, kdim, WeightLayout::NK, bias.data(), type, &t, false, window);
+  const auto from_half =
+      pack_gemm_weights_f16(oihw_half.data(), oc, kdim, WeightLayout::NK, bias.data(), type, &t, false, window);
+  const auto want_half = pack_gemm_weights_f16(w_half.data(), oc, kdim, WeightLayout::NK, bias.data(), type, &t);
+  ++fam.cases;
+  const size_t bytes = want.panels.size();
+  const bool same = packed.panels.size() == bytes && from_half.panels.size() == want_half.panels.size() &&
+                    std::memcmp(packed.panels.data(), want.panels.data(), bytes) == 0 &&
+                    std::memcmp(from_half.panels.data(), want_half.panels.data(), want_half.panels.size()) == 0;
+  if (!same && fam.failure.empty()) fam.failure = what + ": window packing differs from packing (kh, kw, c) rows";
+}
+
 void test_conv(const KernelTable& t) {
   reseed();
   Family fam{"conv", t.name};
@@ -246,6 +275,7 @@ void test_conv(const KernelTable& t) {
     naive_conv(cc, x2.data(), w.data(), bias.data(), fp16, act, oh, ow, want, floor);
     plan.run(x2.data(), y.data(), act, 2);
     fam.check(what + " (new input)", y.data(), want.data(), y.size(), 1e-5, floor.data());
+    check_window_packing(fam, t, what, w, cc.oc, cc.c, cc.g.kh * cc.g.kw, bias, fp16, packed);
   }
   report(fam);
 }

@@ -35,10 +35,31 @@ float source_value(const uint16_t* w, size_t i) { return fp16_to_fp32(w[i]); }
 uint16_t source_half(const float* w, size_t i) { return fp32_to_fp16(w[i]); }
 uint16_t source_half(const uint16_t* w, size_t i) { return w[i]; }
 
+// Panel p of fp32 N x K weights: the transpose of its NR rows, by the level's SIMD transpose
+// (rows past n as zeros). With window > 1 each row is first reordered from (c, s) to (s, c)
+// columns (a C x window transpose) into `rows`, which holds NR rows. The element loop this replaced
+// read NR rows K floats apart a value at a time and, with numpy's transposed copy of every KxK
+// layer before it, took 60 ms of ResNet-18's session creation.
+void pack_f32_panel(const KernelTable& t, const float* w, size_t n, size_t k, size_t window, size_t nr, size_t p,
+                    float* rows, float* panel) {
+  const size_t ncur = min_size(nr, n - p * nr);
+  const float* src = w + p * nr * k;
+  if (window > 1) {
+    const size_t c = k / window;
+    for (size_t j = 0; j < ncur; ++j) t.transpose_f32(src + j * k, window, rows + j * k, c, c, window);
+    src = rows;
+  }
+  t.transpose_f32(src, k, panel, nr, ncur, k);
+  if (ncur < nr)
+    for (size_t kk = 0; kk < k; ++kk) std::memset(panel + kk * nr + ncur, 0, (nr - ncur) * sizeof(float));
+}
+
 template <class Src>
 PackedGemmWeights pack_gemm_impl(const Src* w, size_t n, size_t k, WeightLayout layout, const float* bias,
-                                 WeightType type, const KernelTable* t, bool f16_arith) {
+                                 WeightType type, const KernelTable* t, bool f16_arith, size_t window) {
   require(n > 0 && k > 0, "pack_gemm_weights: empty matrix");
+  require(window > 0 && k % window == 0 && (window == 1 || layout == WeightLayout::NK),
+          "pack_gemm_weights: the window must divide K of N x K weights");
   PackedGemmWeights out;
   out.table = &table_or_active(t);
   out.n = n;
@@ -54,27 +75,22 @@ PackedGemmWeights pack_gemm_impl(const Src* w, size_t n, size_t k, WeightLayout 
   for (size_t j = 0; j < panels * nr; ++j) out.bias[j] = (bias != nullptr && j < n) ? bias[j] : 0.0f;
   if constexpr (std::is_same_v<Src, float>) {
     if (type == WeightType::F32 && layout == WeightLayout::NK) {
-      // Each panel is the transpose of its NR rows: the level's SIMD transpose. The element loop
-      // below read NR rows K floats apart a value at a time: 46 ms of ResNet-18's session creation
-      // (44 MB of weights), now ~5.
-      float* dst = reinterpret_cast<float*>(out.panels.data());
-      for (size_t p = 0; p < panels; ++p) {
-        const size_t ncur = min_size(nr, n - p * nr);
-        float* panel = dst + p * k * nr;
-        out.table->transpose_f32(w + p * nr * k, k, panel, nr, ncur, k);
-        if (ncur < nr)
-          for (size_t kk = 0; kk < k; ++kk) std::memset(panel + kk * nr + ncur, 0, (nr - ncur) * sizeof(float));
-      }
+      AlignedBuffer<float> rows(window > 1 ? nr * k : 0);
+      for (size_t p = 0; p < panels; ++p)
+        pack_f32_panel(*out.table, w, n, k, window, nr, p, rows.data(),
+                       reinterpret_cast<float*>(out.panels.data()) + p * k * nr);
       return out;
     }
   }
+  const size_t channels = k / window;
   for (size_t p = 0; p < panels; ++p) {
     for (size_t kk = 0; kk < k; ++kk) {
+      const size_t column = window > 1 ? kk % channels * window + kk / channels : kk;  // (s, c) <- (c, s)
       for (size_t j = 0; j < nr; ++j) {
         const size_t col = p * nr + j;
         const size_t dst = (p * k + kk) * nr + j;
         const bool live = col < n;
-        const size_t src = layout == WeightLayout::NK ? col * k + kk : kk * n + col;
+        const size_t src = layout == WeightLayout::NK ? col * k + column : kk * n + col;
         if (type == WeightType::F32) {
           reinterpret_cast<float*>(out.panels.data())[dst] = live ? source_value(w, src) : 0.0f;
         } else {
@@ -130,13 +146,14 @@ void convert_rows_f16(const KernelTable& t, const float* src, size_t src_stride,
 }  // namespace
 
 PackedGemmWeights pack_gemm_weights(const float* w, size_t n, size_t k, WeightLayout layout, const float* bias,
-                                    WeightType type, const KernelTable* t, bool f16_arith) {
-  return pack_gemm_impl(w, n, k, layout, bias, type, t, f16_arith);
+                                    WeightType type, const KernelTable* t, bool f16_arith, size_t window) {
+  return pack_gemm_impl(w, n, k, layout, bias, type, t, f16_arith, window);
 }
 
 PackedGemmWeights pack_gemm_weights_f16(const uint16_t* w, size_t n, size_t k, WeightLayout layout,
-                                        const float* bias, WeightType type, const KernelTable* t, bool f16_arith) {
-  return pack_gemm_impl(w, n, k, layout, bias, type, t, f16_arith);
+                                        const float* bias, WeightType type, const KernelTable* t, bool f16_arith,
+                                        size_t window) {
+  return pack_gemm_impl(w, n, k, layout, bias, type, t, f16_arith, window);
 }
 
 void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, float* c, size_t ldc,

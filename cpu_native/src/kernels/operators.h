@@ -73,13 +73,15 @@ struct PackedGemmWeights {
 
 // f16_arith (fp16 sessions): with type F16 on a table that has fp16-arithmetic kernels
 // (neonfp16), pack for them; ignored elsewhere, where fp16 panels run in fp32 arithmetic.
+// window > 1 (NK only): each row is an OIHW filter, K = C * window columns in (c, kh, kw) order,
+// packed in the kernels' (kh, kw, c) order (NHWC windows) without a transposed copy of the layer.
 PackedGemmWeights pack_gemm_weights(const float* w, size_t n, size_t k, WeightLayout layout,
                                     const float* bias, WeightType type, const KernelTable* t = nullptr,
-                                    bool f16_arith = false);
+                                    bool f16_arith = false, size_t window = 1);
 // Same from fp16 bits (IEEE binary16); packs to fp16 unless type is F32.
 PackedGemmWeights pack_gemm_weights_f16(const uint16_t* w, size_t n, size_t k, WeightLayout layout,
                                         const float* bias, WeightType type, const KernelTable* t = nullptr,
-                                        bool f16_arith = false);
+                                        bool f16_arith = false, size_t window = 1);
 
 void gemm(const float* a, size_t m, size_t lda, const PackedGemmWeights& w, float* c, size_t ldc,
           const Activation& act, size_t threads);

@@ -2,7 +2,7 @@
 
 The kernels take convolution weights as (O, KH*KW*C) rows in (kh, kw, c) column order (NHWC
 windows), while the graph stores Conv weights OIHW, i.e. (c, kh, kw) columns: dense weights are
-transposed before packing, and clustered weights get their *index stream* permuted (unpacked to
+reordered by the packing (:func:`pack_conv`), and clustered weights get their *index stream* permuted (unpacked to
 one byte per index, permuted, packed again at the same width): the codebook lookup still happens
 in the kernel's registers and no dense fp32 weight of a clustered layer ever exists.
 
@@ -32,11 +32,6 @@ from ...compress.encode import huffman_source, lq_as_clustered
 from ...compress.encodings import NNM, Clustered, DenseFP16, Encoding, HuffmanBlocks, LQBinary, SparseCSR
 from ...graph import Graph, Tensor
 from ...runtime.precision import round_to_storage
-
-
-def conv_columns(w: np.ndarray) -> np.ndarray:
-    """OIHW -> (O, KH*KW*C) in the kernels' (kh, kw, c) column order."""
-    return np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(w.shape[0], -1)
 
 
 def uncoded(enc: Encoding | None) -> Encoding | None:
@@ -100,6 +95,15 @@ def pack_dense(kernels, w: np.ndarray, bias: np.ndarray | None, precision: str, 
     arithmetic for fp16 sessions where the kernel level has it (``packed.fp16_arith``)."""
     w = np.ascontiguousarray(for_precision(w, precision))
     return kernels.pack_gemm(w, bias, layout, w.dtype == np.float16, fp16_arith=precision == "fp16")
+
+
+def pack_conv(kernels, w: np.ndarray, bias: np.ndarray | None, precision: str):
+    """OIHW convolution weights as :func:`pack_dense` panels in the kernels' (kh, kw, c) column
+    order: the packing reorders each filter itself (``window``), so no transposed copy of the layer
+    is made (numpy's took 14 ms of ResNet-18's session creation)."""
+    w = np.ascontiguousarray(for_precision(w, precision))
+    return kernels.pack_gemm(w.reshape(w.shape[0], -1), bias, "nk", w.dtype == np.float16,
+                             fp16_arith=precision == "fp16", window=w.shape[2] * w.shape[3])
 
 
 def clustered_indices(enc: Clustered, conv_kernel: tuple[int, int] | None) -> np.ndarray:

@@ -53,7 +53,7 @@ def conv(node: Node, b: Builder) -> None:
     if group > 1:
         return _conv_grouped(node, b, bias)
     matrix, how = W.stored_matrix(wt)
-    packed = W.pack_dense(k, W.conv_columns(matrix), bias, b.precision)
+    packed = W.pack_conv(k, matrix, bias, b.precision)
     x = b.read(x_name, NHWC)
     act, threads = fused_act(node), b.threads_for(node)
     separate_act = act[0] in POST_PASS_ACTIVATIONS and out_channels < packed.nr
@@ -210,7 +210,7 @@ def _conv_grouped(node: Node, b: Builder, bias: np.ndarray | None) -> None:
     new_plans = []  # ConvPlans are made per arena (see conv)
     for i in range(group):
         part_bias = None if bias is None else np.ascontiguousarray(bias[i * og:(i + 1) * og])
-        packed = W.pack_dense(k, W.conv_columns(matrix[i * og:(i + 1) * og]), part_bias, b.precision)
+        packed = W.pack_conv(k, matrix[i * og:(i + 1) * og], part_bias, b.precision)
         # (the grouped path stays on the direct kernels: algorithm="direct")
         new_plans.append(partial(k.ConvPlan, packed, [n, h, w_, cg], tuple(wt.shape[2:]), **geometry,
                                  algorithm="direct"))
@@ -256,7 +256,7 @@ def _conv_nnm(node: Node, b: Builder, enc: NNM, bias: np.ndarray | None) -> None
     geometry = _conv_geometry(node)
     assign = W.nnm_assignment(enc)
     if enc.mode == "shared":
-        packed = W.pack_dense(k, W.conv_columns(enc.centroids), None, b.precision)
+        packed = W.pack_conv(k, enc.centroids, None, b.precision)
         new_plan = partial(k.ConvPlan, packed, list(x.storage_shape), tuple(enc.shape[2:]), **geometry,
                            algorithm="direct")  # the compressed paths stay as they are
         cent = b.scratch((n, oh, ow, enc.centroids.shape[0]))
