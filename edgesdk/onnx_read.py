@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from .runtime.arena import aligned_host_buffer
+
 # Payloads from this size on stay in the buffer; smaller ones are left in the message (a copy
 # of a few KB costs less than a view's bookkeeping).
 _HOLLOW_BYTES = 4096
@@ -71,10 +73,10 @@ class OnnxFile:
             full.raw_data = self.buffer[begin:end].tobytes()
             return onnx.numpy_helper.to_array(full)
         itemsize = np.dtype(dtype).itemsize
-        if any(d < 0 for d in shape) or math.prod(shape) * itemsize != end - begin:
+        need = math.prod(shape) * itemsize if all(d >= 0 for d in shape) else "a non-negative size"
+        if need != end - begin:
             raise ValueError(f"raw_data holds {end - begin} bytes, dims {list(shape)} of "
-                             f"{onnx.TensorProto.DataType.Name(proto.data_type)} need "
-                             f"{math.prod(shape) * itemsize if all(d >= 0 for d in shape) else 'a non-negative size'}")
+                             f"{onnx.TensorProto.DataType.Name(proto.data_type)} need {need}")
         value = self.buffer[begin:end].view(dtype).reshape(shape)
         # _align_payloads moved nearly all to 8-byte boundaries; one it could not is copied so
         # that the kernels' loads are aligned.
@@ -88,7 +90,9 @@ def read_onnx(path: str | os.PathLike) -> OnnxFile | None:
         return None
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
-        buffer = _aligned_bytes(size)
+        # A numpy buffer, not bytes: numpy advises transparent huge pages for large arrays, which
+        # makes the first touch of 46 MB cost 3 ms instead of 25 on a VM.
+        buffer = aligned_host_buffer(size)
         view, at = memoryview(buffer), 0
         while at < size:
             n = f.readinto(view[at:])
@@ -121,16 +125,7 @@ def _align_payloads(buffer: np.ndarray, payloads: dict[int, tuple[int, int]]) ->
         floor = target + end - begin
 
 
-def _aligned_bytes(size: int) -> np.ndarray:
-    """``size`` bytes starting at a multiple of 64 (numpy promises 16). A numpy buffer, not bytes:
-    numpy advises transparent huge pages for large arrays, which makes the first touch of 46 MB
-    cost 3 ms instead of 25 on a VM."""
-    raw = np.empty(size + 64, np.uint8)
-    skip = -raw.ctypes.data % 64
-    return raw[skip:skip + size]
-
-
-def _without_payloads(mv: memoryview) -> tuple[bytes, dict[int, tuple[int, int]]]:
+def _without_payloads(mv: memoryview) -> tuple[bytes | memoryview, dict[int, tuple[int, int]]]:
     """The model's bytes with the large initializer payloads left out, and where those are."""
     graph_field = None
     for field, wire, start, begin, end in _fields(mv, 0, len(mv)):
@@ -143,8 +138,8 @@ def _without_payloads(mv: memoryview) -> tuple[bytes, dict[int, tuple[int, int]]
     start, begin, end = graph_field
     payloads: dict[int, tuple[int, int]] = {}
     graph = _graph_without_payloads(mv, begin, end, payloads)
-    if not payloads:
-        raise _Unexpected  # nothing to gain: onnx.load reads it as usual
+    if not payloads:  # nothing left out: the message is the file as read
+        return mv, payloads
     return b"".join((mv[:start], _tag(_MODEL_GRAPH, _LEN), _varint_bytes(len(graph)), graph, mv[end:])), payloads
 
 

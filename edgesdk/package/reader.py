@@ -30,6 +30,7 @@ from ..compress.encodings import Encoding, encoding_from_parts
 from ..errors import EdgeSDKError, ModelTooLargeError, PackageError
 from ..graph import Graph, Node, Tensor
 from ..runtime.activations import Activation
+from ..runtime.arena import aligned_host_buffer
 from ..runtime.shapes import infer_shapes
 from .fb.Model import Model
 from .fb.ValueKind import ValueKind
@@ -154,7 +155,7 @@ class _Contents:
                                f"{HEADER_SIZE}-byte header")
         self.header = h = Header.unpack(head)
         _check_header(path, h, size)
-        self.buffer = _aligned_bytes(h.file_size)
+        self.buffer = aligned_host_buffer(h.file_size, ALIGN)
         self.buffer[:HEADER_SIZE] = np.frombuffer(head, np.uint8)
 
     def _read(self, begin: int, end: int) -> None:
@@ -237,13 +238,6 @@ def _open_file(path: Path) -> Any:
         raise PackageError(f"{path}: no such file") from None
     except OSError as exc:
         raise PackageError(f"{path}: cannot read the package ({exc.strerror or exc})") from None
-
-
-def _aligned_bytes(size: int) -> np.ndarray:
-    """``size`` uninitialised bytes starting at a multiple of ALIGN (numpy only promises 16)."""
-    raw = np.empty(size + ALIGN, np.uint8)
-    skip = -raw.ctypes.data % ALIGN
-    return raw[skip:skip + size]
 
 
 def _check_header(path: Path, h: Header, size: int) -> None:

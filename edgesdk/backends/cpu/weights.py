@@ -90,20 +90,20 @@ def bias_vector(graph: Graph, name: str | None, n: int, precision: str, scale: f
                                 dtype=np.float32)
 
 
-def pack_dense(kernels, w: np.ndarray, bias: np.ndarray | None, precision: str, layout: str = "nk"):
+def pack_dense(kernels, w: np.ndarray, bias: np.ndarray | None, precision: str, layout: str = "nk",
+               window: int = 1):
     """Packed GEMM panels; fp16 storage when the weights are fp16 or the session is fp16, and fp16
-    arithmetic for fp16 sessions where the kernel level has it (``packed.fp16_arith``)."""
+    arithmetic for fp16 sessions where the kernel level has it (``packed.fp16_arith``). ``window``:
+    see :func:`pack_conv`."""
     w = np.ascontiguousarray(for_precision(w, precision))
-    return kernels.pack_gemm(w, bias, layout, w.dtype == np.float16, fp16_arith=precision == "fp16")
+    return kernels.pack_gemm(w, bias, layout, w.dtype == np.float16, fp16_arith=precision == "fp16", window=window)
 
 
 def pack_conv(kernels, w: np.ndarray, bias: np.ndarray | None, precision: str):
     """OIHW convolution weights as :func:`pack_dense` panels in the kernels' (kh, kw, c) column
     order: the packing reorders each filter itself (``window``), so no transposed copy of the layer
     is made (numpy's took 14 ms of ResNet-18's session creation)."""
-    w = np.ascontiguousarray(for_precision(w, precision))
-    return kernels.pack_gemm(w.reshape(w.shape[0], -1), bias, "nk", w.dtype == np.float16,
-                             fp16_arith=precision == "fp16", window=w.shape[2] * w.shape[3])
+    return pack_dense(kernels, w.reshape(w.shape[0], -1), bias, precision, window=w.shape[2] * w.shape[3])
 
 
 def clustered_indices(enc: Clustered, conv_kernel: tuple[int, int] | None) -> np.ndarray:
